@@ -1,0 +1,47 @@
+# Two commands do all set-up on a fresh machine:
+#   make book   install into .venv, build the HTML book in _build/html
+#   make test   install into .venv, run the unit tests and every notebook under nbval
+# Others:
+#   make lab        install JupyterLab into .venv and open the notebooks
+#   make notebooks  re-execute every notebook in place (after you change one)
+#   make clean      remove the built book
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# Deterministic notebook outputs: fixed hash seed; deterministic cuBLAS when a GPU is present.
+export PYTHONHASHSEED := 0
+export CUBLAS_WORKSPACE_CONFIG := :4096:8
+export MPLBACKEND := module://matplotlib_inline.backend_inline
+
+.PHONY: book test lab notebooks clean install
+
+install: $(STAMP)
+
+# Re-install only when the requirements change: a second `make` is quick.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attnbook)" > /dev/null
+	touch $(STAMP)
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+test: $(STAMP)
+	$(PY) -m pytest tests notebooks --nbval --nbval-current-env \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
+	    -p no:cacheprovider -q -ra
+
+lab: $(STAMP)
+	$(PY) -m pip install --quiet jupyterlab
+	$(VENV)/bin/jupyter lab notebooks/
+
+notebooks: $(STAMP)
+	$(PY) tools/execute_notebooks.py notebooks/*.ipynb
+
+clean:
+	rm -rf _build

@@ -1,0 +1,155 @@
+"""Padding, masks and length-bucketed batches limited by a token budget.
+
+Sentences have different lengths, but a tensor is a rectangle. We pad every sequence of a batch
+with ``PAD_ID`` up to the longest one and keep a boolean mask that is ``True`` at real tokens
+(the book's mask convention, book/notation.md). To waste little compute on padding, sentences of
+similar length go into the same batch ("bucketing"), and a batch holds as many sentences as fit
+in a budget of ``max_tokens`` padded tokens, so short sentences come in big batches and long
+ones in small batches.
+
+Every example appears in exactly one batch of an epoch: nothing is dropped or truncated. An
+example that alone exceeds the budget is an error, not a silent skip.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from . import BOS_ID, EOS_ID, PAD_ID
+
+
+class BatchingError(ValueError):
+    """Bad input to the batching code; the message says what was wrong and how to fix it."""
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad id lists into a rectangle.
+
+    Returns ``ids`` of shape (B, L), int64, padded with ``pad_id`` on the right, and ``mask`` of
+    shape (B, L), bool, ``True`` at real tokens, where L is the longest sequence.
+    """
+    if len(seqs) == 0:
+        raise BatchingError("cannot pad an empty list of sequences")
+    lengths = [len(s) for s in seqs]
+    if min(lengths) == 0:
+        raise BatchingError(f"sequence {lengths.index(0)} is empty; every sequence needs at "
+                            "least one token")
+    ids = torch.full((len(seqs), max(lengths)), pad_id, dtype=torch.long)  # (B, L)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    mask = torch.arange(ids.shape[1])[None, :] < torch.tensor(lengths)[:, None]  # (B, L)
+    return ids, mask
+
+
+@dataclass
+class Batch:
+    """A padded translation batch; shapes and meanings are listed in book/notation.md."""
+
+    src: torch.Tensor       # (B, S) int64 source ids
+    src_mask: torch.Tensor  # (B, S) bool, True at real source tokens
+    tgt_in: torch.Tensor    # (B, T) int64, BOS + target ids: the decoder's input
+    tgt_out: torch.Tensor   # (B, T) int64, target ids + EOS: what the decoder must predict
+    tgt_mask: torch.Tensor  # (B, T) bool, True at real target positions
+    index: torch.Tensor     # (B,) int64, positions of these examples in the data set
+
+    def to(self, device) -> "Batch":
+        return Batch(*(t.to(device, non_blocking=True) for t in
+                       (self.src, self.src_mask, self.tgt_in, self.tgt_out, self.tgt_mask,
+                        self.index)))
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        """Number of real target tokens: the ones the loss is computed on."""
+        return int(self.tgt_mask.sum())
+
+
+def make_batch(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]],
+               index: Sequence[int] | None = None) -> Batch:
+    """Build a Batch from source and target id lists (without BOS/EOS; they are added here)."""
+    if len(src) != len(tgt):
+        raise BatchingError(f"{len(src)} source sequences but {len(tgt)} target sequences")
+    src_ids, src_mask = pad(src)                                # (B, S)
+    tgt_in, tgt_mask = pad([[BOS_ID, *t] for t in tgt])         # (B, T)
+    tgt_out, _ = pad([[*t, EOS_ID] for t in tgt])               # (B, T)
+    index = torch.as_tensor(range(len(src)) if index is None else index, dtype=torch.long)
+    return Batch(src_ids, src_mask, tgt_in, tgt_out, tgt_mask, index)
+
+
+def token_batches(lengths: Sequence[int], max_tokens: int, shuffle: bool = True,
+                  seed: int = 0) -> list[list[int]]:
+    """Group example indices into batches of similar length within a token budget.
+
+    lengths: the padded length each example needs (for translation, max(source, target) + 1).
+    A batch of n examples whose longest needs L tokens costs n * L <= max_tokens.
+    With ``shuffle`` the order of examples of equal length and the order of the batches are
+    shuffled (reproducibly, from ``seed``); without it batches come shortest first.
+    Returns a list of batches, each a list of indices; every index appears exactly once.
+    """
+    if max_tokens <= 0:
+        raise BatchingError(f"max_tokens must be positive, got {max_tokens}")
+    too_long = [(i, n) for i, n in enumerate(lengths) if n > max_tokens]
+    if too_long:
+        i, n = too_long[0]
+        raise BatchingError(f"example {i} needs {n} tokens, more than max_tokens={max_tokens} "
+                            f"({len(too_long)} such example(s)); raise max_tokens or filter long "
+                            "examples out explicitly")
+    rng = random.Random(seed)
+    order = list(range(len(lengths)))
+    if shuffle:
+        rng.shuffle(order)                      # random order among equal lengths ...
+    order.sort(key=lambda i: lengths[i])        # ... then stable sort by length
+    batches, current, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, lengths[i])
+        if current and longest_if_added * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest_if_added = [], lengths[i]
+        current.append(i)
+        longest = longest_if_added
+    if current:
+        batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+class TranslationBatches:
+    """Length-bucketed, token-limited batches of (source ids, target ids) pairs.
+
+    Iterating gives one epoch of :class:`Batch` objects; each epoch is shuffled differently
+    (seed + epoch number) but reproducibly.
+
+        >>> batches = TranslationBatches(src_ids, tgt_ids, max_tokens=4096)
+        >>> for epoch in range(10):
+        ...     for batch in batches:         # batch.src: (B, S), batch.tgt_in: (B, T), ...
+        ...         ...
+    """
+
+    def __init__(self, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]],
+                 max_tokens: int, shuffle: bool = True, seed: int = 0):
+        if len(src) != len(tgt):
+            raise BatchingError(f"{len(src)} source sequences but {len(tgt)} target sequences; "
+                                "the two sides must be aligned")
+        for name, seqs in (("source", src), ("target", tgt)):
+            empty = [i for i, s in enumerate(seqs) if len(s) == 0]
+            if empty:
+                raise BatchingError(f"{name} sequence {empty[0]} is empty ({len(empty)} in all); "
+                                    "every sentence needs at least one token")
+        self.src, self.tgt = src, tgt
+        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
+        # +1: the target gains BOS (tgt_in) or EOS (tgt_out)
+        self.lengths = [max(len(s), len(t) + 1) for s, t in zip(src, tgt)]
+        self.epoch = 0
+        self._check = token_batches(self.lengths, max_tokens, shuffle=False)  # fails early
+
+    def __len__(self) -> int:
+        return len(self._check)
+
+    def __iter__(self) -> Iterator[Batch]:
+        groups = token_batches(self.lengths, self.max_tokens, self.shuffle, self.seed + self.epoch)
+        self.epoch += 1
+        for idx in groups:
+            yield make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], idx)

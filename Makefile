@@ -3,6 +3,7 @@
 #   make test   install into .venv, run the unit tests and every notebook under nbval
 # Others:
 #   make lab        install JupyterLab into .venv and open the notebooks
+#   make student    write the student edition (solutions stubbed out) into student/
 #   make notebooks  re-execute every notebook in place (after you change one)
 #   make clean      remove the built book
 
@@ -16,7 +17,7 @@ export PYTHONHASHSEED := 0
 export CUBLAS_WORKSPACE_CONFIG := :4096:8
 export MPLBACKEND := module://matplotlib_inline.backend_inline
 
-.PHONY: book test lab notebooks clean install
+.PHONY: book test lab notebooks student clean install
 
 install: $(STAMP)
 
@@ -42,6 +43,9 @@ lab: $(STAMP)
 
 notebooks: $(STAMP)
 	$(PY) tools/execute_notebooks.py notebooks/*.ipynb
+
+student: $(STAMP)
+	$(PY) -m attnbook.homework student notebooks student
 
 clean:
 	rm -rf _build

@@ -1,0 +1,282 @@
+"""Homework: the student edition of the notebooks and the grading command.
+
+    python -m attnbook.homework student notebooks/ student/     # what `make student` runs
+    python -m attnbook.homework grade student/01_bottleneck.ipynb
+    python -m attnbook.homework grade submissions/              # a teacher: every notebook in a folder
+
+How exercises are written in a notebook (sphinx-exercise's gated solutions)::
+
+    [markdown]  ```{exercise} Title           <- the exercise, kept in every edition
+                :label: ex-01-gru-step
+                ...```
+    [markdown]  ```{solution-start} ex-01-gru-step
+                :class: dropdown```
+    [code]      def gru_step(...): ...          <- the reference solution
+    [markdown]  written solution, if any
+    [markdown]  ```{solution-end}```
+    [code]      check_gru_step(gru_step)        <- the grader call, kept in every edition
+
+The **student edition** replaces every solution code cell by a stub — each function and class
+keeps its signature and docstring, and its body becomes ``raise NotImplementedError(hint)`` —
+removes the written solutions and the solution markers, and clears all outputs.
+
+The **grading command** runs a notebook in a fresh kernel (errors do not stop it), then calls the
+grader of every coding exercise in the notebook on the object the reader defined, prints a table
+(exercise, PASS or FAIL, hint) and exits with status 1 if anything failed.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from .graders import GRADERS, GradeResult
+
+SOLUTION_START = re.compile(r"```\{solution-start\}\s+(\S+)")
+SOLUTION_END = re.compile(r"```\{solution-end\}")
+EXERCISE_LABEL = re.compile(r"```\{exercise\}[^\n]*\n(?:\s*:[\w-]+:.*\n)*?\s*:label:\s*(\S+)")
+RESULT_MARKER = "@@attnbook-grades@@"
+
+
+@dataclass
+class Exercise:
+    label: str
+    solution_code: list[int]      # indices of the solution's code cells
+    solution_markdown: list[int]  # indices of the solution's markdown cells (written answers)
+    start: int                    # index of the solution-start cell
+    end: int                      # index of the solution-end cell
+
+
+def find_exercises(nb) -> list[Exercise]:
+    """The gated solutions of a notebook, in order; raises ValueError if the markers are unbalanced."""
+    found, current = [], None
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            if current is not None:
+                current.solution_code.append(i)
+            continue
+        start, end = SOLUTION_START.search(cell.source), SOLUTION_END.search(cell.source)
+        if start:
+            if current is not None:
+                raise ValueError(f"cell {i}: solution-start of {start.group(1)} inside the "
+                                 f"solution of {current.label}; close it with solution-end first")
+            current = Exercise(start.group(1), [], [], i, -1)
+        elif end:
+            if current is None:
+                raise ValueError(f"cell {i}: solution-end without a solution-start")
+            current.end = i
+            found.append(current)
+            current = None
+        elif current is not None:
+            current.solution_markdown.append(i)
+    if current is not None:
+        raise ValueError(f"the solution of {current.label} has no solution-end")
+    return found
+
+
+def exercise_labels(nb) -> list[str]:
+    """Labels of every ``{exercise}`` directive in the notebook (coding or not)."""
+    return [m.group(1) for c in nb.cells if c.cell_type == "markdown"
+            for m in EXERCISE_LABEL.finditer(c.source)]
+
+
+def coding_exercises(nb) -> list[Exercise]:
+    """The exercises whose solution has code: each must have a registered grader."""
+    return [ex for ex in find_exercises(nb) if ex.solution_code]
+
+
+# ---------------------------------------------------------------------------------------------
+# Student edition
+
+def _stub_body(node, indent: str, message: str, src_lines: list[str]) -> str:
+    """Signature + docstring of a function, body replaced by ``raise NotImplementedError``."""
+    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    header = "\n".join(src_lines[first - 1:node.body[0].lineno - 1])
+    doc = ast.get_docstring(node, clean=False)
+    out = [header.rstrip()]
+    if doc is not None:
+        body0 = node.body[0]
+        out.append("\n".join(src_lines[body0.lineno - 1:body0.end_lineno]))
+    out.append(f"{indent}    raise NotImplementedError({message!r})")
+    return "\n".join(out)
+
+
+def stub_source(source: str, label: str) -> str:
+    """The student version of a solution cell: every def and class kept as a stub.
+
+    Functions keep their signature and docstring and raise NotImplementedError with a hint.
+    Classes keep their bases, docstring and the signatures of their methods. Anything else in the
+    cell (a stray statement) is dropped: the solution cell should hold definitions only.
+    """
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    grader = GRADERS.get(label)
+    check = f"; check it with the grader of {label}" if grader is None else \
+        f"; then run the grader cell below ({label})"
+    parts = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parts.append(_stub_body(node, "", f"write `{node.name}` (exercise {label}){check}",
+                                    lines))
+        elif isinstance(node, ast.ClassDef):
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            body_start = node.body[0].lineno
+            out = ["\n".join(lines[first - 1:body_start - 1]).rstrip()]
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                out.append("\n".join(lines[node.body[0].lineno - 1:node.body[0].end_lineno]))
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out.append("")
+                    out.append(_stub_body(item, "    ", f"write `{node.name}.{item.name}` "
+                                          f"(exercise {label}){check}", lines))
+            if len(out) == 1 or (doc is not None and len(out) == 2):
+                out.append(f"    pass  # write `{node.name}` (exercise {label})")
+            parts.append("\n".join(out))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            parts.append("\n".join(lines[node.lineno - 1:node.end_lineno]))
+    if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body):
+        raise ValueError(f"the solution of {label} defines no function or class to stub")
+    return "# Exercise " + label + ": replace each `raise NotImplementedError` with your code.\n" + \
+        "\n\n\n".join(parts) + "\n"
+
+
+def student_notebook(nb):
+    """A copy of ``nb`` with solutions stubbed or removed and all outputs cleared."""
+    nb = copy.deepcopy(nb)
+    drop = set()
+    for ex in find_exercises(nb):
+        drop.update([ex.start, ex.end, *ex.solution_markdown])
+        for i in ex.solution_code:
+            nb.cells[i].source = stub_source(nb.cells[i].source, ex.label)
+        if not ex.solution_code:  # a written solution: leave a place for the answer
+            nb.cells[ex.start] = nbformat.v4.new_markdown_cell(
+                f"*Your answer to {ex.label}:*\n\n...")
+            drop.discard(ex.start)
+    nb.cells = [c for i, c in enumerate(nb.cells) if i not in drop]
+    nb.nbformat_minor = max(nb.nbformat_minor, 5)
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i}"  # stable ids: regenerating the edition changes nothing
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return nb
+
+
+def write_student_edition(src: Path, dest: Path) -> list[Path]:
+    """Write the student edition of every notebook in ``src`` (a folder or one file) to ``dest``."""
+    paths = sorted(src.glob("*.ipynb")) if src.is_dir() else [src]
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        out = dest / path.name
+        nbformat.write(student_notebook(nb), out)
+        written.append(out)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading
+
+def _grading_cell(labels: list[str]) -> str:
+    return textwrap.dedent(f"""\
+        import json as _json
+        from attnbook.graders import GRADERS as _GRADERS
+        _results = []
+        for _label in {labels!r}:
+            _g = _GRADERS[_label]
+            if _g.target not in globals():
+                _results.append([_label, False, f"`{{_g.target}}` is not defined: run the "
+                                 "exercise's cell, and keep the name the exercise asks for"])
+                continue
+            _r = _g.grade(globals()[_g.target])
+            _results.append([_label, _r.passed, _r.message])
+        print({RESULT_MARKER!r} + _json.dumps(_results))
+        """)
+
+
+def grade_notebook(path: Path, timeout: int = 1800) -> list[GradeResult]:
+    """Run a notebook in a fresh kernel, then grade every coding exercise in it."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    # Graded exercises are found by their labels, which both editions keep (the student edition
+    # has no solution markers); a book notebook must also have a grader for each coding solution.
+    missing = [ex.label for ex in coding_exercises(nb) if ex.label not in GRADERS]
+    if missing:
+        raise ValueError(f"{path}: no grader registered for {', '.join(missing)}")
+    labels = [label for label in exercise_labels(nb) if label in GRADERS]
+    if not labels:
+        return []
+    nb.cells.append(nbformat.v4.new_code_cell(_grading_cell(labels)))
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    if RESULT_MARKER not in text:
+        errors = [o for o in nb.cells[-1].outputs if o.output_type == "error"]
+        detail = f"{errors[0].ename}: {errors[0].evalue}" if errors else text[-500:]
+        raise RuntimeError(f"{path}: the grading cell did not run ({detail})")
+    line = text[text.index(RESULT_MARKER) + len(RESULT_MARKER):].splitlines()[0]
+    return [GradeResult(label, passed, message) for label, passed, message in json.loads(line)]
+
+
+def format_table(rows: list[tuple[str, GradeResult]]) -> str:
+    """A plain-text table: notebook, exercise, result, hint."""
+    header = ("notebook", "exercise", "result", "hint")
+    body = [(nb, r.label, "PASS" if r.passed else "FAIL", "" if r.passed else r.message)
+            for nb, r in rows]
+    widths = [max(len(x[i]) for x in [header, *body]) for i in range(3)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header[:3], widths)) + "  " + header[3]]
+    lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 4)
+    for row in body:
+        lines.append("  ".join(x.ljust(w) for x, w in zip(row[:3], widths)) + "  " + row[3])
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnbook.homework",
+                                     description="Student edition and grading of the book's homework.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("student", help="write the student edition of notebooks")
+    s.add_argument("src", type=Path, help="a notebook or a folder of notebooks")
+    s.add_argument("dest", type=Path, help="output folder")
+    g = sub.add_parser("grade", help="run notebooks and grade their coding exercises")
+    g.add_argument("paths", type=Path, nargs="+", help="notebooks or folders of notebooks")
+    g.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    args = parser.parse_args(argv)
+
+    if args.command == "student":
+        for out in write_student_edition(args.src, args.dest):
+            print(f"wrote {out}")
+        return 0
+
+    notebooks = []
+    for p in args.paths:
+        if not p.exists():
+            parser.error(f"{p} does not exist")
+        notebooks += sorted(p.glob("*.ipynb")) if p.is_dir() else [p]
+    rows = []
+    for path in notebooks:
+        print(f"grading {path} ...", file=sys.stderr, flush=True)
+        rows += [(path.name, r) for r in grade_notebook(path, timeout=args.timeout)]
+    if not rows:
+        print("no coding exercises found")
+        return 0
+    print(format_table(rows))
+    failed = sum(not r.passed for _, r in rows)
+    print(f"\n{len(rows) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Multi-head attention (chapter 5), used for self-attention and cross-attention (chapter 6).
+
+h heads attend in parallel, each in its own d_k = d_model / h dimensional subspace:
+
+    head_i = Attention(x_q W_q^i, x_kv W_k^i, x_kv W_v^i)        i = 1..h
+    MultiHead(x_q, x_kv) = concat(head_1, ..., head_h) W_o
+
+The h projections W_q^1..W_q^h are stored as one (d_model, d_model) matrix ``W_q`` whose output is
+split into h slices, so the number of parameters, 4 d_model^2 (+ biases), does not depend on h.
+
+Masks follow the book's convention (book/notation.md): ``key_mask`` is a (B, S) bool tensor,
+True at real key tokens; ``causal=True`` additionally hides future positions from each query.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import causal_mask, scaled_dot_product_attention
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with learned projections W_q, W_k, W_v and output projection W_o.
+
+    forward(x, context=None, key_mask=None, causal=False, need_weights=False)
+      x: (B, T, d_model), the sequence the queries come from.
+      context: (B, S, d_model), the sequence keys and values come from; None means x itself
+        (self-attention). In the decoder's cross-attention it is the encoder's output.
+      key_mask: (B, S) bool, True at real tokens of ``context`` (or of x); None: no padding.
+      causal: query t sees only keys s <= t (decoder self-attention).
+      need_weights: also return the attention weights (B, h, T, S); this uses the book's
+        from-scratch attention. Otherwise PyTorch's fused ``scaled_dot_product_attention`` runs,
+        which is faster and gives the same result (tests/test_mha.py checks this).
+    Returns (out, weights): out (B, T, d_model); weights (B, h, T, S) or None.
+    """
+
+    def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if d_model % h != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by h={h} heads; each head "
+                             "gets d_model / h dimensions, so choose h among the divisors of d_model")
+        self.d_model, self.h, self.d_k = d_model, h, d_model // h
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = dropout
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, d_model) -> (B, h, L, d_k): head i holds dimensions i*d_k .. (i+1)*d_k - 1."""
+        B, L, _ = x.shape
+        return x.view(B, L, self.h, self.d_k).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
+                key_mask: torch.Tensor | None = None, causal: bool = False,
+                need_weights: bool = False):
+        context = x if context is None else context
+        if x.dim() != 3 or x.shape[-1] != self.d_model or context.dim() != 3 \
+                or context.shape[-1] != self.d_model or context.shape[0] != x.shape[0]:
+            raise ValueError(f"expected x (B, T, {self.d_model}) and context (B, S, {self.d_model}), "
+                             f"got {tuple(x.shape)} and {tuple(context.shape)}")
+        B, T, _ = x.shape
+        S = context.shape[1]
+        if key_mask is not None and (key_mask.shape != (B, S) or key_mask.dtype != torch.bool):
+            raise ValueError(f"key_mask must be a ({B}, {S}) bool tensor, True at real tokens; "
+                             f"got shape {tuple(key_mask.shape)}, dtype {key_mask.dtype}")
+        q = self.split_heads(self.W_q(x))           # (B, h, T, d_k)
+        k = self.split_heads(self.W_k(context))     # (B, h, S, d_k)
+        v = self.split_heads(self.W_v(context))     # (B, h, S, d_k)
+        mask = None if key_mask is None else key_mask[:, None, None, :]   # (B, 1, 1, S)
+        if causal:
+            c = causal_mask(T, S, device=x.device)                         # (T, S)
+            mask = c if mask is None else mask & c                         # (B, 1, T, S)
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, h, T, d_k)
+            if p > 0:  # dropout on the weights, as the fused kernel does
+                weights = F.dropout(weights, p)
+                out = weights @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            weights = None
+        out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, d_model): concat heads
+        return self.W_o(out), weights
+
+    @torch.no_grad()
+    def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """Copy the weights of an ``nn.MultiheadAttention`` (same d_model and h) into this module."""
+        if mha.embed_dim != self.d_model or mha.num_heads != self.h or not mha._qkv_same_embed_dim:
+            raise ValueError("nn.MultiheadAttention must have the same d_model and h, and "
+                             "kdim = vdim = d_model")
+        for mine, theirs in zip((self.W_q, self.W_k, self.W_v), mha.in_proj_weight.chunk(3)):
+            mine.weight.copy_(theirs)
+        self.W_o.weight.copy_(mha.out_proj.weight)
+        if mha.in_proj_bias is not None and self.W_q.bias is not None:
+            for mine, theirs in zip((self.W_q, self.W_k, self.W_v), mha.in_proj_bias.chunk(3)):
+                mine.bias.copy_(theirs)
+            self.W_o.bias.copy_(mha.out_proj.bias)
+        return self

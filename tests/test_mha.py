@@ -1,0 +1,99 @@
+"""Multi-head attention against nn.MultiheadAttention, and positional encodings."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from attnbook.attention import to_torch_mask
+from attnbook.mha import MultiHeadAttention
+from attnbook.positional import (LearnedPositionalEncoding, SinusoidalPositionalEncoding,
+                                 sinusoidal_encoding)
+
+
+def pair(d_model, h, seed=0):
+    torch.manual_seed(seed)
+    ref = nn.MultiheadAttention(d_model, h, batch_first=True).double()
+    ours = MultiHeadAttention(d_model, h).double().load_from_torch(ref)
+    return ours, ref
+
+
+@pytest.mark.parametrize("h", [1, 2, 4, 8])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_self_attention_equals_torch_with_padding_and_causal(h, need_weights):
+    ours, ref = pair(16, h)
+    B, T = 3, 6
+    x = torch.randn(B, T, 16, dtype=torch.float64, requires_grad=True)
+    real = torch.arange(T)[None, :] < torch.tensor([6, 4, 1])[:, None]     # (B, T)
+    for causal in (False, True):
+        out, w = ours(x, key_mask=real, causal=causal, need_weights=need_weights)
+        attn_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.bool) if causal else None
+        exp, exp_w = ref(x, x, x, key_padding_mask=to_torch_mask(real), attn_mask=attn_mask,
+                         need_weights=True, average_attn_weights=False)
+        torch.testing.assert_close(out, exp)
+        if need_weights:
+            torch.testing.assert_close(w, exp_w)
+        g1 = torch.autograd.grad(out.sum(), [x, *ours.parameters()])
+        g2 = torch.autograd.grad(exp.sum(), [x, ref.in_proj_weight, ref.in_proj_bias,
+                                             ref.out_proj.weight, ref.out_proj.bias])
+        torch.testing.assert_close(g1[0], g2[0])
+        torch.testing.assert_close(torch.cat([g1[1], g1[3], g1[5]]), g2[1])  # W_q, W_k, W_v
+
+
+def test_cross_attention_equals_torch():
+    ours, ref = pair(12, 3, seed=1)
+    x, ctx = torch.randn(2, 4, 12, dtype=torch.float64), torch.randn(2, 7, 12, dtype=torch.float64)
+    real = torch.arange(7)[None, :] < torch.tensor([7, 3])[:, None]
+    out, _ = ours(x, ctx, key_mask=real)
+    exp, _ = ref(x, ctx, ctx, key_padding_mask=~real)
+    torch.testing.assert_close(out, exp)
+
+
+def test_parameter_count_does_not_depend_on_heads():
+    counts = {h: sum(p.numel() for p in MultiHeadAttention(64, h).parameters()) for h in (1, 2, 4, 8, 16)}
+    assert set(counts.values()) == {4 * 64 * 64 + 4 * 64}
+
+
+def test_padding_keys_do_not_change_the_output():
+    ours, _ = pair(8, 2)
+    x = torch.randn(1, 5, 8, dtype=torch.float64)
+    real = torch.tensor([[True, True, True, False, False]])
+    y = x.clone()
+    y[0, 3:] = 100.0
+    a, _ = ours(x, key_mask=real)
+    b, _ = ours(y, key_mask=real)
+    torch.testing.assert_close(a[0, :3], b[0, :3])
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="not divisible by h=3"):
+        MultiHeadAttention(16, 3)
+    m = MultiHeadAttention(16, 4)
+    with pytest.raises(ValueError, match=r"expected x \(B, T, 16\)"):
+        m(torch.randn(2, 5, 8))
+    with pytest.raises(ValueError, match=r"key_mask must be a \(2, 5\) bool tensor"):
+        m(torch.randn(2, 5, 16), key_mask=torch.ones(2, 5))
+
+
+def test_sinusoidal_values_and_linear_shift():
+    pe = sinusoidal_encoding(50, 16)
+    assert pe.shape == (50, 16)
+    assert pe[3, 0].item() == pytest.approx(math.sin(3)) and pe[3, 1].item() == pytest.approx(math.cos(3))
+    assert pe[7, 4].item() == pytest.approx(math.sin(7 / 10000 ** (4 / 16)), abs=1e-6)
+    # PE(p + k) = M_k PE(p) for a fixed block-rotation M_k, for every p
+    k = 5
+    M = torch.linalg.lstsq(pe[:40], pe[k:40 + k]).solution
+    torch.testing.assert_close(pe[:40] @ M, pe[k:40 + k], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="even"):
+        sinusoidal_encoding(4, 7)
+
+
+def test_positional_modules():
+    x = torch.zeros(2, 6, 8)
+    sin = SinusoidalPositionalEncoding(8, max_len=4)
+    torch.testing.assert_close(sin(x)[0], sinusoidal_encoding(6, 8))       # extends past max_len
+    torch.testing.assert_close(sin(x[:, :2], offset=3)[0], sinusoidal_encoding(5, 8)[3:])
+    learned = LearnedPositionalEncoding(8, max_len=6)
+    assert learned(x).shape == (2, 6, 8)
+    with pytest.raises(ValueError, match="max_len=6"):
+        learned(torch.zeros(1, 7, 8))

@@ -1,0 +1,157 @@
+"""The Transformer encoder-decoder (chapter 8), built from the book's own pieces.
+
+    src (B, S) --embed*sqrt(d_model)+PE--> [EncoderBlock] x N --> memory (B, S, d_model)
+    tgt_in (B, T) --embed*sqrt(d_model)+PE--> [DecoderBlock] x N (self-attn causal, cross-attn
+        to memory) --> LayerNorm? --> logits (B, T, V) = x @ E^T  (weights tied with the embedding)
+
+Each block is a residual stack of sub-layers. ``norm_first=False`` is the paper's post-LN,
+``x = LayerNorm(x + Sublayer(x))``; ``norm_first=True`` is pre-LN, ``x = x + Sublayer(LayerNorm(x))``,
+with one final LayerNorm after the stack. Chapter 8 compares the two.
+
+Masks follow the book's convention: ``src_mask`` (B, S) and ``tgt_mask`` (B, T) are True at real
+tokens; the decoder's self-attention is causal.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import PAD_ID
+from .mha import MultiHeadAttention
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int = 8000
+    d_model: int = 512
+    h: int = 8
+    d_ff: int = 2048
+    n_layers: int = 6         # N encoder blocks and N decoder blocks
+    dropout: float = 0.1
+    max_len: int = 1024       # longest sequence the positional encoding must cover
+    norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN
+    positional: str = "sinusoidal"  # or "learned"
+    tie_embeddings: bool = True     # one matrix for source, target embeddings and output layer
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: (B, L, d_model) -> (B, L, d_model)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(F.relu(self.linear1(x))))  # (B, L, d_model)
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention then feed-forward, each wrapped in a residual connection and LayerNorm."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+
+    def forward(self, x, src_mask):  # x: (B, S, d_model), src_mask: (B, S)
+        if self.norm_first:
+            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=src_mask)[0])
+            x = x + self.dropout(self.ff(self.norm2(x)))
+        else:
+            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=src_mask)[0]))
+            x = self.norm2(x + self.dropout(self.ff(x)))
+        return x  # (B, S, d_model)
+
+
+class DecoderBlock(nn.Module):
+    """Causal self-attention, cross-attention to the encoder's output, then feed-forward."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+
+    def forward(self, x, memory, tgt_mask, src_mask):  # x: (B, T, d_model), memory: (B, S, d_model)
+        if self.norm_first:
+            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=tgt_mask, causal=True)[0])
+            x = x + self.dropout(self.cross_attn(self.norm2(x), memory, key_mask=src_mask)[0])
+            x = x + self.dropout(self.ff(self.norm3(x)))
+        else:
+            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=tgt_mask, causal=True)[0]))
+            x = self.norm2(x + self.dropout(self.cross_attn(x, memory, key_mask=src_mask)[0]))
+            x = self.norm3(x + self.dropout(self.ff(x)))
+        return x  # (B, T, d_model)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer for translation; forward returns logits (B, T, V)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.embed.weight, std=cfg.d_model ** -0.5)
+        with torch.no_grad():
+            self.embed.weight[PAD_ID].zero_()
+        Positional = {"sinusoidal": SinusoidalPositionalEncoding,
+                      "learned": LearnedPositionalEncoding}[cfg.positional]
+        self.pos = Positional(cfg.d_model, cfg.max_len)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
+        self.decoder = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
+        # pre-LN leaves the residual stream un-normalised: one LayerNorm after each stack
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.out = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.out.weight = self.embed.weight  # one (V, d_model) matrix, used three times
+
+    def embed_tokens(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, L) ids -> (B, L, d_model): embedding * sqrt(d_model) + positional encoding."""
+        if ids.dim() != 2 or ids.dtype != torch.long:
+            raise ValueError(f"expected a (B, L) int64 tensor of token ids, got shape "
+                             f"{tuple(ids.shape)} and dtype {ids.dtype}")
+        return self.dropout(self.pos(self.embed(ids) * math.sqrt(self.cfg.d_model), offset))
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src (B, S) ids, src_mask (B, S) bool -> memory (B, S, d_model)."""
+        x = self.embed_tokens(src)
+        for block in self.encoder:
+            x = block(x, src_mask)
+        return self.enc_norm(x)
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+               tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tgt_in (B, T) ids, memory (B, S, d_model) -> logits (B, T, V)."""
+        x = self.embed_tokens(tgt_in)
+        for block in self.decoder:
+            x = block(x, memory, tgt_mask, src_mask)
+        return self.out(self.dec_norm(x))  # (B, T, V): a score for every vocabulary entry
+
+    def forward(self, src, src_mask, tgt_in, tgt_mask=None):
+        """src (B, S), src_mask (B, S), tgt_in (B, T), tgt_mask (B, T) -> logits (B, T, V).
+
+        softmax(logits[b, t]) is the model's probability distribution over the next token
+        after tgt_in[b, :t+1]. tgt_mask only matters at padded target positions (whose outputs
+        are ignored by the loss); real positions never see padding because of the causal mask.
+        """
+        if src.shape != src_mask.shape:
+            raise ValueError(f"src {tuple(src.shape)} and src_mask {tuple(src_mask.shape)} differ")
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)

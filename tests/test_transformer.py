@@ -1,0 +1,119 @@
+"""The book's Transformer: equal to nn.Transformer with copied weights, causal, padding-blind."""
+import pytest
+import torch
+import torch.nn as nn
+
+from attnbook.transformer import Transformer, TransformerConfig
+
+CFG = dict(vocab_size=50, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0, max_len=64)
+
+
+def torch_twin(model: Transformer) -> nn.Transformer:
+    """An nn.Transformer with the same configuration and a copy of model's weights."""
+    c = model.cfg
+    kw = dict(d_model=c.d_model, nhead=c.h, dim_feedforward=c.d_ff, dropout=0.0,
+              batch_first=True, norm_first=c.norm_first)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), c.n_layers,
+                                norm=nn.LayerNorm(c.d_model) if c.norm_first else None,
+                                enable_nested_tensor=False)
+    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), c.n_layers,
+                                norm=nn.LayerNorm(c.d_model) if c.norm_first else None)
+    ref = nn.Transformer(custom_encoder=enc, custom_decoder=dec, **kw).double()
+
+    def copy_attn(theirs, mine):
+        with torch.no_grad():
+            theirs.in_proj_weight.copy_(torch.cat([mine.W_q.weight, mine.W_k.weight, mine.W_v.weight]))
+            theirs.in_proj_bias.copy_(torch.cat([mine.W_q.bias, mine.W_k.bias, mine.W_v.bias]))
+            theirs.out_proj.weight.copy_(mine.W_o.weight)
+            theirs.out_proj.bias.copy_(mine.W_o.bias)
+
+    for theirs, mine in zip(list(ref.encoder.layers) + list(ref.decoder.layers),
+                            list(model.encoder) + list(model.decoder)):
+        copy_attn(theirs.self_attn, mine.self_attn)
+        if hasattr(theirs, "multihead_attn"):
+            copy_attn(theirs.multihead_attn, mine.cross_attn)
+        theirs.linear1.load_state_dict(mine.ff.linear1.state_dict())
+        theirs.linear2.load_state_dict(mine.ff.linear2.state_dict())
+        for i in (1, 2, 3):
+            if hasattr(theirs, f"norm{i}"):
+                getattr(theirs, f"norm{i}").load_state_dict(getattr(mine, f"norm{i}").state_dict())
+    if c.norm_first:
+        ref.encoder.norm.load_state_dict(model.enc_norm.state_dict())
+        ref.decoder.norm.load_state_dict(model.dec_norm.state_dict())
+    return ref
+
+
+def batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 50, (3, 7), generator=g)
+    tgt = torch.randint(4, 50, (3, 5), generator=g)
+    src_mask = torch.arange(7)[None] < torch.tensor([7, 4, 2])[:, None]
+    tgt_mask = torch.arange(5)[None] < torch.tensor([5, 3, 1])[:, None]
+    return src.masked_fill(~src_mask, 0), src_mask, tgt.masked_fill(~tgt_mask, 0), tgt_mask
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_equals_nn_transformer_with_copied_weights(norm_first):
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**CFG, norm_first=norm_first)).double()
+    ref = torch_twin(model)
+    src, src_mask, tgt, tgt_mask = batch()
+    ours = model(src, src_mask, tgt, tgt_mask)                              # (B, T, V)
+    causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.bool)
+    hidden = ref(model.embed_tokens(src), model.embed_tokens(tgt), tgt_mask=causal,
+                 src_key_padding_mask=~src_mask, tgt_key_padding_mask=~tgt_mask,
+                 memory_key_padding_mask=~src_mask)
+    theirs = model.out(hidden)
+    torch.testing.assert_close(ours[tgt_mask], theirs[tgt_mask])
+    g1 = torch.autograd.grad(ours[tgt_mask].sum(), model.encoder[0].self_attn.W_q.weight)[0]
+    g2 = torch.autograd.grad(theirs[tgt_mask].sum(), ref.encoder.layers[0].self_attn.in_proj_weight)[0]
+    torch.testing.assert_close(g1, g2[:16])
+
+
+def test_future_target_tokens_do_not_change_earlier_logits():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**CFG)).eval()
+    src, src_mask, tgt, tgt_mask = batch()
+    a = model(src, src_mask, tgt)
+    tgt2 = tgt.clone()
+    tgt2[:, 3:] = 7
+    b = model(src, src_mask, tgt2)
+    torch.testing.assert_close(a[:, :3], b[:, :3])
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+
+
+def test_padded_source_positions_are_ignored():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**CFG)).eval()
+    src, src_mask, tgt, tgt_mask = batch()
+    src2 = src.clone()
+    src2[~src_mask] = 9
+    torch.testing.assert_close(model(src, src_mask, tgt), model(src2, src_mask, tgt))
+
+
+def parameter_formula(V, d, h, d_ff, N, norm_first, tied=True):
+    attn = 4 * d * d + 4 * d
+    ff = 2 * d * d_ff + d_ff + d
+    enc = attn + ff + 2 * 2 * d
+    dec = 2 * attn + ff + 3 * 2 * d
+    return V * d * (1 if tied else 2) + N * (enc + dec) + (2 * 2 * d if norm_first else 0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_parameter_count_of_the_base_model_matches_the_formula(norm_first):
+    cfg = TransformerConfig(vocab_size=37000, norm_first=norm_first)   # the paper's base model
+    n = sum(p.numel() for p in Transformer(cfg).parameters())
+    assert n == parameter_formula(37000, 512, 8, 2048, 6, norm_first)
+    assert 60e6 < n < 66e6  # "65M" in Table 3 of the paper, which counts a little differently
+
+
+def test_weight_tying_and_bad_input():
+    model = Transformer(TransformerConfig(**CFG))
+    assert model.out.weight is model.embed.weight
+    untied = Transformer(TransformerConfig(**{**CFG, "tie_embeddings": False}))
+    assert sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in model.parameters()) == 50 * 16
+    src, src_mask, tgt, _ = batch()
+    with pytest.raises(ValueError, match="int64 tensor of token ids"):
+        model(src.float(), src_mask, tgt)
+    with pytest.raises(ValueError, match="differ"):
+        model(src, src_mask[:, :3], tgt)

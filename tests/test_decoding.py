@@ -1,0 +1,88 @@
+"""Greedy and beam search: beam 1 is greedy; a wide beam finds what brute force finds."""
+import itertools
+
+import pytest
+import torch
+
+from attnbook import EOS_ID
+from attnbook.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob
+from attnbook.transformer import Transformer, TransformerConfig
+
+
+def tiny_model(seed, V=7):
+    torch.manual_seed(seed)
+    model = Transformer(TransformerConfig(vocab_size=V, d_model=16, h=2, d_ff=32, n_layers=1,
+                                          dropout=0.0, max_len=32)).eval()
+    with torch.no_grad():  # sharpen the output distribution so that the searches disagree
+        model.out.weight.mul_(3.0)
+    return model
+
+
+def src_batch(seed, B=3, S=5, V=7):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (B, S), generator=g)
+    mask = torch.arange(S)[None] < torch.randint(1, S + 1, (B,), generator=g)[:, None]
+    return src.masked_fill(~mask, 0), mask
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_of_one_is_greedy(seed):
+    model = tiny_model(seed)
+    src, mask = src_batch(seed)
+    assert beam_search(model, src, mask, beam_size=1, max_len=8, alpha=0.0) == \
+        greedy_decode(model, src, mask, max_len=8)
+
+
+def brute_force(model, src, mask, max_len, alpha, V=7):
+    """Score every output of up to max_len tokens (complete with EOS, or cut at max_len)."""
+    tokens = [t for t in range(V) if t not in (0, 2, EOS_ID)]  # no PAD, BOS; EOS ends a hypothesis
+    best = (float("-inf"), None)
+    for n in range(max_len + 1):
+        for hyp in itertools.product(tokens, repeat=n):
+            hyp = list(hyp)
+            if n < max_len:
+                s = sequence_log_prob(model, src, mask, hyp, complete=True) / length_penalty(n + 1, alpha)
+            else:
+                s = sequence_log_prob(model, src, mask, hyp, complete=False) / length_penalty(n, alpha)
+            best = max(best, (s, hyp), key=lambda x: x[0])
+    return best
+
+
+@pytest.mark.parametrize("seed,alpha", [(0, 0.0), (1, 0.0), (2, 0.6), (3, 1.0)])
+def test_wide_beam_finds_the_brute_force_optimum(seed, alpha):
+    model = tiny_model(seed)
+    src, mask = src_batch(seed, B=1)
+    best_score, best_hyp = brute_force(model, src, mask, max_len=3, alpha=alpha)
+    hyps, scores = beam_search(model, src, mask, beam_size=64, max_len=3, alpha=alpha,
+                               return_scores=True)
+    assert hyps[0] == best_hyp
+    assert scores[0] == pytest.approx(best_score, abs=1e-4)
+
+
+def test_beam_is_at_least_as_good_as_greedy_on_average():
+    gains = []
+    for seed in range(6):
+        model = tiny_model(seed)
+        src, mask = src_batch(seed, B=4)
+        for b in range(4):
+            s, m = src[b:b + 1], mask[b:b + 1]
+            g = greedy_decode(model, s, m, max_len=6)[0]
+            k = beam_search(model, s, m, beam_size=5, max_len=6, alpha=0.0)[0]
+            gains.append(sequence_log_prob(model, s, m, k, len(k) < 6) -
+                         sequence_log_prob(model, s, m, g, len(g) < 6))
+    assert sum(gains) > 0 and max(gains) > 0.1  # beam finds better outputs, at least sometimes
+
+
+def test_batched_beam_equals_one_sentence_at_a_time():
+    model = tiny_model(5)
+    src, mask = src_batch(5, B=4)
+    together = beam_search(model, src, mask, beam_size=3, max_len=6)
+    alone = [beam_search(model, src[b:b + 1], mask[b:b + 1], beam_size=3, max_len=6)[0] for b in range(4)]
+    assert together == alone
+
+
+def test_bad_beam_size():
+    model = tiny_model(0)
+    src, mask = src_batch(0)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, src, mask, beam_size=0)

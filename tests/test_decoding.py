@@ -13,8 +13,6 @@ def tiny_model(seed, V=7):
     torch.manual_seed(seed)
     model = Transformer(TransformerConfig(vocab_size=V, d_model=16, h=2, d_ff=32, n_layers=1,
                                           dropout=0.0, max_len=32)).eval()
-    with torch.no_grad():  # sharpen the output distribution so that the searches disagree
-        model.out.weight.mul_(3.0)
     return model
 
 
@@ -48,11 +46,15 @@ def brute_force(model, src, mask, max_len, alpha, V=7):
     return best
 
 
-@pytest.mark.parametrize("seed,alpha", [(0, 0.0), (1, 0.0), (2, 0.6), (3, 1.0)])
+# seeds where greedy search misses the optimum, so that the comparison means something
+@pytest.mark.parametrize("seed,alpha", [(1, 0.0), (2, 0.0), (3, 0.0), (7, 0.6), (8, 1.0)])
 def test_wide_beam_finds_the_brute_force_optimum(seed, alpha):
     model = tiny_model(seed)
     src, mask = src_batch(seed, B=1)
     best_score, best_hyp = brute_force(model, src, mask, max_len=3, alpha=alpha)
+    if alpha == 0.0:
+        g = greedy_decode(model, src, mask, max_len=3)[0]
+        assert g != best_hyp and sequence_log_prob(model, src, mask, g, len(g) < 3) < best_score
     hyps, scores = beam_search(model, src, mask, beam_size=64, max_len=3, alpha=alpha,
                                return_scores=True)
     assert hyps[0] == best_hyp
@@ -71,6 +73,7 @@ def test_beam_is_at_least_as_good_as_greedy_on_average():
             gains.append(sequence_log_prob(model, s, m, k, len(k) < 6) -
                          sequence_log_prob(model, s, m, g, len(g) < 6))
     assert sum(gains) > 0 and max(gains) > 0.1  # beam finds better outputs, at least sometimes
+    assert min(gains) > -0.5                    # and is never much worse
 
 
 def test_batched_beam_equals_one_sentence_at_a_time():

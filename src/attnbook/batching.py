@@ -148,8 +148,17 @@ class TranslationBatches:
     def __len__(self) -> int:
         return len(self._check)
 
+    def epoch_groups(self, epoch: int) -> list[list[int]]:
+        """The example indices of every batch of epoch ``epoch``: the same for the same epoch,
+        so that training interrupted in the middle of an epoch can resume at the same batch."""
+        return token_batches(self.lengths, self.max_tokens, self.shuffle, self.seed + epoch)
+
+    def batch(self, idx: Sequence[int]) -> Batch:
+        """The Batch of the examples ``idx``."""
+        return make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], idx)
+
     def __iter__(self) -> Iterator[Batch]:
-        groups = token_batches(self.lengths, self.max_tokens, self.shuffle, self.seed + self.epoch)
+        groups = self.epoch_groups(self.epoch)
         self.epoch += 1
         for idx in groups:
-            yield make_batch([self.src[i] for i in idx], [self.tgt[i] for i in idx], idx)
+            yield self.batch(idx)

@@ -1,0 +1,300 @@
+"""Training a translator on Multi30k German->English (chapter 9), and its command line.
+
+    python -m attnbook.train --preset cpu-tiny --out runs/cpu-tiny          # a few minutes on a CPU
+    python -m attnbook.train --preset gpu-base --out runs/gpu-base          # the full run, on a GPU
+    python -m attnbook.train --preset gpu-base --out runs/gpu-base --resume # after an interruption
+
+The recipe of Vaswani et al. (2017), section 5: a joint BPE vocabulary; batches of about
+``max_tokens`` tokens of similar length; Adam with beta2 = 0.98 and the learning rate
+``lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` (warm-up, then inverse square
+root decay); label smoothing; dropout; and, from later practice, gradient clipping. On a GPU the
+forward pass runs in bfloat16 autocast and the model can be compiled with ``torch.compile``.
+
+A run writes into its folder: ``checkpoint.pt`` (model, optimizer, schedule, data position and
+random states: training resumes exactly where it stopped), ``tokenizer.model``, ``log.jsonl``
+(one line per evaluation) and ``metrics.json`` (BLEU with the sacreBLEU signature, parameters,
+wall time, hardware and versions).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import PAD_ID
+from .batching import TranslationBatches
+from .data import load_multi30k
+from .tokenizer import Tokenizer, multi30k_tokenizer
+from .transformer import Transformer, TransformerConfig
+from .utils import count_parameters, deterministic, get_device, versions
+
+
+@dataclass
+class TrainConfig:
+    preset: str = "custom"
+    model: str = "transformer"
+    d_model: int = 512
+    h: int = 8
+    d_ff: int = 2048
+    n_layers: int = 6
+    dropout: float = 0.1
+    norm_first: bool = False
+    vocab_size: int = 8000
+    max_tokens: int = 8192        # tokens per batch (source or target side, padded)
+    max_steps: int = 20000
+    warmup: int = 4000
+    lr_factor: float = 1.0        # multiplies the paper's schedule
+    label_smoothing: float = 0.1
+    clip: float = 1.0             # gradient-norm clipping; 0 turns it off
+    seed: int = 0
+    eval_every: int = 1000        # steps between validation losses (and checkpoints)
+    beam_size: int = 4
+    length_alpha: float = 0.6
+    eval_sentences: int = 0       # test sentences to translate for BLEU; 0 = all 1,000
+    bf16: bool = True             # autocast on CUDA only
+    compile: bool = False         # torch.compile on CUDA only
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+
+    def transformer_config(self, vocab_size: int) -> TransformerConfig:
+        return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, h=self.h,
+                                 d_ff=self.d_ff, n_layers=self.n_layers, dropout=self.dropout,
+                                 max_len=512, norm_first=self.norm_first)
+
+
+PRESETS = {
+    # a few minutes on a laptop CPU: a small model that learns real (if rough) translations
+    "cpu-tiny": TrainConfig(preset="cpu-tiny", d_model=128, h=4, d_ff=256, n_layers=2,
+                            vocab_size=4000, max_tokens=2048, max_steps=600, warmup=200,
+                            lr_factor=2.0, eval_every=200, beam_size=4, compile=False),
+    # the test suite's smoke run: seconds
+    "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, vocab_size=1000,
+                         max_tokens=1024, max_steps=20, warmup=10, eval_every=10, beam_size=2,
+                         eval_sentences=16),
+    # the full run on one GPU (the base model of the paper, sized for Multi30k)
+    "gpu-base": TrainConfig(preset="gpu-base", d_model=512, h=8, d_ff=2048, n_layers=6,
+                            dropout=0.1, vocab_size=8000, max_tokens=16384, max_steps=12000,
+                            warmup=2000, lr_factor=1.0, eval_every=1000, beam_size=4,
+                            bf16=True, compile=True),
+}
+
+
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The paper's learning rate at ``step`` (1-based): linear warm-up, then ~ 1/sqrt(step)."""
+    step = max(step, 1)
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def translation_loss(logits: torch.Tensor, tgt_out: torch.Tensor,
+                     label_smoothing: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy over real target tokens. logits (B, T, V), tgt_out (B, T) with PAD at
+    padded positions (ignored). With label smoothing eps the target distribution puts 1 - eps on
+    the right token and spreads eps uniformly over the whole vocabulary."""
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.float().reshape(-1, V), tgt_out.reshape(-1),
+                           ignore_index=PAD_ID, label_smoothing=label_smoothing)
+
+
+@dataclass
+class Data:
+    tokenizer: Tokenizer
+    train: TranslationBatches
+    val: TranslationBatches
+    test_pairs: list = field(default_factory=list)
+
+
+def prepare_data(cfg: TrainConfig, data_dir=None) -> Data:
+    """Tokenizer and batches. Every sentence is kept: nothing is filtered or truncated."""
+    tok = multi30k_tokenizer(cfg.vocab_size, (cfg.src_lang, cfg.tgt_lang), data_dir)
+
+    def encode(split):
+        pairs = load_multi30k(split, cfg.src_lang, cfg.tgt_lang, data_dir)
+        return pairs, tok.encode_batch([s for s, _ in pairs]), tok.encode_batch([t for _, t in pairs])
+
+    _, src, tgt = encode("train")
+    train = TranslationBatches(src, tgt, cfg.max_tokens, shuffle=True, seed=cfg.seed)
+    _, vsrc, vtgt = encode("val")
+    val = TranslationBatches(vsrc, vtgt, cfg.max_tokens, shuffle=False)
+    test_pairs = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)
+    return Data(tok, train, val, test_pairs)
+
+
+def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
+    if cfg.model == "transformer":
+        return Transformer(cfg.transformer_config(vocab_size))
+    raise ValueError(f"unknown model {cfg.model!r}; this command trains 'transformer'")
+
+
+@torch.no_grad()
+def validation_loss(model, batches: TranslationBatches, device) -> float:
+    """Mean per-token cross-entropy (no label smoothing) on all validation batches."""
+    model.eval()
+    total, n = 0.0, 0
+    for batch in batches:
+        b = batch.to(device)
+        logits = model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+        total += translation_loss(logits, b.tgt_out).item() * b.n_tgt_tokens
+        n += b.n_tgt_tokens
+    model.train()
+    return total / n
+
+
+def save_checkpoint(path: Path, **state) -> None:
+    """Write atomically: an interruption during the write never leaves half a checkpoint."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, device="cpu") -> dict:
+    """Load safely: ``weights_only=True`` refuses anything but tensors and plain containers."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}; train first, or drop --resume")
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
+          device: torch.device | None = None, progress: bool = True,
+          stop_after: int | None = None) -> dict:
+    """Train (or resume) a run in folder ``out``; returns the metrics also written there.
+
+    ``stop_after`` interrupts the run after that many steps in this call, as a crash would
+    (the tests use it to check that resuming gives exactly the uninterrupted result).
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = device or get_device()
+    deterministic(cfg.seed)
+    data = prepare_data(cfg, data_dir)
+    shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
+    model = build_model(cfg, data.tokenizer.vocab_size).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: noam_lr(i + 1, cfg.d_model, cfg.warmup, cfg.lr_factor))
+    step, epoch, next_batch, tokens_seen, elapsed = 0, 0, 0, 0, 0.0
+    ckpt_path = out / "checkpoint.pt"
+    if resume:
+        ckpt = load_checkpoint(ckpt_path, device)
+        if ckpt["config"] != asdict(cfg):
+            raise ValueError(f"{ckpt_path} was trained with another configuration; resume with "
+                             "the same preset and options, or use a new --out folder")
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        step, epoch, next_batch = ckpt["step"], ckpt["epoch"], ckpt["next_batch"]
+        tokens_seen, elapsed = ckpt["tokens_seen"], ckpt["elapsed"]
+        torch.set_rng_state(ckpt["rng_cpu"].cpu())
+        if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(ckpt["rng_cuda"].cpu())
+    fwd = model
+    if cfg.compile and device.type == "cuda":
+        fwd = torch.compile(model)
+    use_bf16 = cfg.bf16 and device.type == "cuda"
+
+    def checkpoint():
+        save_checkpoint(ckpt_path, model=model.state_dict(), optimizer=opt.state_dict(),
+                        scheduler=sched.state_dict(), step=step, epoch=epoch,
+                        next_batch=next_batch, tokens_seen=tokens_seen, elapsed=elapsed,
+                        rng_cpu=torch.get_rng_state(),
+                        rng_cuda=torch.cuda.get_rng_state() if device.type == "cuda" else None,
+                        config=asdict(cfg), vocab_size=data.tokenizer.vocab_size)
+
+    model.train()
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress, unit="step",
+               dynamic_ncols=True, desc=cfg.preset)
+    steps_this_call, start = 0, time.perf_counter()
+    log = open(out / "log.jsonl", "a")
+    while step < cfg.max_steps:
+        groups = data.train.epoch_groups(epoch)
+        while next_batch < len(groups) and step < cfg.max_steps:
+            b = data.train.batch(groups[next_batch]).to(device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                logits = fwd(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+            loss = translation_loss(logits, b.tgt_out, cfg.label_smoothing)
+            loss.backward()
+            if cfg.clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step, next_batch, tokens_seen = step + 1, next_batch + 1, tokens_seen + b.n_tgt_tokens
+            steps_this_call += 1
+            now = time.perf_counter()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}",
+                            tok_s=f"{tokens_seen / (elapsed + now - start):,.0f}")
+            if step % cfg.eval_every == 0 or step == cfg.max_steps:
+                elapsed += time.perf_counter() - start
+                val = validation_loss(fwd, data.val, device)
+                log.write(json.dumps({"step": step, "epoch": epoch, "train_loss": loss.item(),
+                                      "val_loss": val, "elapsed_s": elapsed}) + "\n")
+                log.flush()
+                bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
+                checkpoint()
+                start = time.perf_counter()
+            if stop_after is not None and steps_this_call >= stop_after:
+                elapsed += time.perf_counter() - start
+                checkpoint()
+                bar.close()
+                log.close()
+                return {"interrupted_at_step": step}
+        if next_batch >= len(groups):
+            epoch, next_batch = epoch + 1, 0
+    bar.close()
+    log.close()
+    elapsed += time.perf_counter() - start
+
+    from .evaluate import bleu_score
+    model.eval()
+    test_pairs = data.test_pairs[:cfg.eval_sentences] if cfg.eval_sentences else data.test_pairs
+    result = bleu_score(model, data.tokenizer, test_pairs, beam_size=cfg.beam_size,
+                        alpha=cfg.length_alpha, device=device)
+    metrics = {
+        "preset": cfg.preset, "config": asdict(cfg), "parameters": count_parameters(model),
+        "steps": step, "epochs": epoch + next_batch / max(1, len(data.train)),
+        "train_tokens": tokens_seen, "train_time_s": round(elapsed, 1),
+        "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
+        "val_loss": validation_loss(model, data.val, device),
+        "test_bleu": result["bleu"], "bleu_signature": result["signature"],
+        "test_set": f"test_2016_flickr ({len(test_pairs)} of {len(data.test_pairs)} sentences)",
+        "decoding": f"beam {cfg.beam_size}, alpha {cfg.length_alpha}",
+        "device": str(device), "hardware": versions(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attnbook.train",
+                                description="Train a Transformer on Multi30k (de->en).")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny")
+    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--max-steps", type=int, help="override the preset's number of steps")
+    p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
+    p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
+    args = p.parse_args(argv)
+    cfg = PRESETS[args.preset]
+    if args.max_steps:
+        cfg = replace(cfg, max_steps=args.max_steps)
+    metrics = train(cfg, args.out, resume=args.resume, data_dir=args.data_dir,
+                    device=get_device(args.device))
+    print(json.dumps({k: metrics[k] for k in ("preset", "steps", "train_time_s", "tokens_per_s",
+                                               "val_loss", "test_bleu", "bleu_signature")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Translate sentences with a trained run: one sentence per line on stdin, translations on stdout.
+
+    echo "Ein Hund rennt durch den Schnee." | python -m attnbook.translate runs/cpu-tiny
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .evaluate import translate
+from .tokenizer import Tokenizer
+from .train import TrainConfig, build_model, load_checkpoint
+from .utils import get_device
+
+
+def load_run(run: Path, device=None):
+    """The model and tokenizer of a run folder written by ``python -m attnbook.train``."""
+    run = Path(run)
+    device = device or get_device()
+    ckpt = load_checkpoint(run / "checkpoint.pt", device)
+    tok = Tokenizer(run / "tokenizer.model")
+    cfg = TrainConfig(**ckpt["config"])
+    model = build_model(cfg, ckpt["vocab_size"]).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model.eval(), tok, cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attnbook.translate", description=__doc__.split("\n")[0])
+    p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")
+    p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
+    p.add_argument("--device", default=None)
+    args = p.parse_args(argv)
+    model, tok, cfg = load_run(args.run, get_device(args.device))
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    if empty:
+        print(f"error: input line(s) {empty[:5]} are empty; give one sentence per line",
+              file=sys.stderr)
+        return 2
+    beam = args.beam or cfg.beam_size
+    for hyp in translate(model, tok, lines, beam_size=beam, alpha=cfg.length_alpha):
+        print(hyp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

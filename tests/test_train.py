@@ -1,0 +1,88 @@
+"""Training: the schedule, the loss, exact resumption after an interruption, and the commands."""
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from attnbook import PAD_ID
+from attnbook.train import PRESETS, load_checkpoint, noam_lr, train, translation_loss
+
+needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
+
+
+def test_noam_schedule_warms_up_then_decays():
+    lrs = [noam_lr(s, 512, 4000) for s in range(1, 20001)]
+    peak = max(range(len(lrs)), key=lrs.__getitem__) + 1
+    assert peak == 4000
+    assert lrs[0] < lrs[1999] < lrs[3999]                        # linear warm-up
+    assert lrs[15999] == pytest.approx(lrs[3999] * (4000 / 16000) ** 0.5)  # 1/sqrt(step) decay
+    assert noam_lr(4000, 512, 4000) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)
+
+
+def test_loss_ignores_padding_and_smooths_labels():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 10)
+    tgt = torch.tensor([[4, 5, PAD_ID], [6, PAD_ID, PAD_ID]])
+    real = tgt != PAD_ID
+    expected = torch.nn.functional.cross_entropy(logits[real], tgt[real])
+    torch.testing.assert_close(translation_loss(logits, tgt), expected)
+    changed = logits.clone()
+    changed[~real] = 100.0
+    torch.testing.assert_close(translation_loss(changed, tgt), expected)
+    # label smoothing: (1 - eps) * NLL + eps * mean over the vocabulary of -log p
+    eps = 0.1
+    logp = logits[real].log_softmax(-1)
+    smooth = ((1 - eps) * -logp.gather(1, tgt[real][:, None])[:, 0] - eps * logp.mean(-1)).mean()
+    torch.testing.assert_close(translation_loss(logits, tgt, eps), smooth)
+
+
+@needs_data
+def test_resuming_after_an_interruption_gives_exactly_the_same_model(tmp_path):
+    cfg = replace(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=4, dropout=0.1)
+    straight = train(cfg, tmp_path / "a", device=torch.device("cpu"), progress=False)
+    assert train(cfg, tmp_path / "b", device=torch.device("cpu"), progress=False,
+                 stop_after=5) == {"interrupted_at_step": 5}
+    assert load_checkpoint(tmp_path / "b" / "checkpoint.pt")["step"] == 5
+    resumed = train(cfg, tmp_path / "b", resume=True, device=torch.device("cpu"), progress=False)
+    a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")["model"]
+    b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["val_loss"] == straight["val_loss"] and resumed["steps"] == 8
+    assert straight["test_set"].startswith("test_2016_flickr (4 of 1000")
+    assert "tok:13a" in straight["bleu_signature"] and "case:mixed" in straight["bleu_signature"]
+    with pytest.raises(ValueError, match="another configuration"):
+        train(replace(cfg, d_model=64), tmp_path / "b", resume=True, progress=False)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(cfg, tmp_path / "c", resume=True, progress=False)
+
+
+def test_checkpoints_load_with_weights_only(tmp_path):
+    path = tmp_path / "evil.pt"
+    import argparse
+    torch.save({"x": argparse.Namespace(code="anything a pickle could run")}, path)
+    with pytest.raises(Exception, match="[Ww]eights only"):
+        load_checkpoint(path)
+
+
+@needs_data
+def test_train_and_translate_commands(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-m", "attnbook.train", "--preset", "smoke", "--out",
+                           str(run), "--max-steps", "4", "--device", "cpu"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] == 4 and metrics["parameters"] > 0 and "hardware" in metrics
+    out = subprocess.run([sys.executable, "-m", "attnbook.translate", str(run), "--beam", "1",
+                          "--device", "cpu"], input="Ein Hund.\nZwei Katzen.\n",
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(out.stdout.splitlines()) == 2
+    bad = subprocess.run([sys.executable, "-m", "attnbook.translate", str(run), "--device", "cpu"],
+                         input="Ein Hund.\n\n", capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and "line(s) [2] are empty" in bad.stderr

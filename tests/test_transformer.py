@@ -117,3 +117,29 @@ def test_weight_tying_and_bad_input():
         model(src.float(), src_mask, tgt)
     with pytest.raises(ValueError, match="differ"):
         model(src, src_mask[:, :3], tgt)
+
+
+def test_self_attention_stack_causal_and_bidirectional():
+    from attnbook.transformer import SelfAttentionStack
+    torch.manual_seed(0)
+    cfg = TransformerConfig(**CFG)
+    ids = torch.randint(4, 50, (2, 6))
+    changed = ids.clone()
+    changed[:, 4:] = 5
+    lm = SelfAttentionStack(cfg, causal=True).eval()
+    torch.testing.assert_close(lm(ids)[:, :4], lm(changed)[:, :4])      # the future is invisible
+    tagger = SelfAttentionStack(cfg, causal=False, n_out=3).eval()
+    assert tagger(ids).shape == (2, 6, 3)
+    assert not torch.allclose(tagger(ids)[:, :4], tagger(changed)[:, :4])  # ... or visible
+    assert lm.out.weight is lm.embed.weight
+
+
+def test_without_positions_self_attention_is_permutation_equivariant():
+    from attnbook.transformer import SelfAttentionStack
+    torch.manual_seed(0)
+    model = SelfAttentionStack(TransformerConfig(**{**CFG, "positional": "none"}), causal=False).eval()
+    ids = torch.randint(4, 50, (1, 6))
+    perm = torch.randperm(6)
+    torch.testing.assert_close(model(ids)[:, perm], model(ids[:, perm]))
+    with pytest.raises(ValueError, match="unknown positional"):
+        SelfAttentionStack(TransformerConfig(**{**CFG, "positional": "rope"}), causal=False)

@@ -35,11 +35,28 @@ class TransformerConfig:
     dropout: float = 0.1
     max_len: int = 1024       # longest sequence the positional encoding must cover
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN
-    positional: str = "sinusoidal"  # or "learned"
+    positional: str = "sinusoidal"  # "learned", or "none" (chapter 7's experiment)
     tie_embeddings: bool = True     # one matrix for source, target embeddings and output layer
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def positional_encoding(cfg: TransformerConfig) -> nn.Module:
+    """The positional encoding named by ``cfg.positional``: sinusoidal, learned or none."""
+    if cfg.positional == "sinusoidal":
+        return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
+    if cfg.positional == "learned":
+        return LearnedPositionalEncoding(cfg.d_model, cfg.max_len)
+    if cfg.positional == "none":
+        return _NoPositions()
+    raise ValueError(f"unknown positional encoding {cfg.positional!r}: choose sinusoidal, "
+                     "learned or none")
+
+
+class _NoPositions(nn.Module):
+    def forward(self, x, offset: int = 0):
+        return x
 
 
 class FeedForward(nn.Module):
@@ -66,12 +83,13 @@ class EncoderBlock(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
-    def forward(self, x, src_mask):  # x: (B, S, d_model), src_mask: (B, S)
+    def forward(self, x, src_mask, causal: bool = False):  # x: (B, S, d_model), src_mask: (B, S)
+        """causal=True hides later positions: the block of a decoder-only model (chapter 10)."""
         if self.norm_first:
-            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=src_mask)[0])
+            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=src_mask, causal=causal)[0])
             x = x + self.dropout(self.ff(self.norm2(x)))
         else:
-            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=src_mask)[0]))
+            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=src_mask, causal=causal)[0]))
             x = self.norm2(x + self.dropout(self.ff(x)))
         return x  # (B, S, d_model)
 
@@ -110,9 +128,7 @@ class Transformer(nn.Module):
         nn.init.normal_(self.embed.weight, std=cfg.d_model ** -0.5)
         with torch.no_grad():
             self.embed.weight[PAD_ID].zero_()
-        Positional = {"sinusoidal": SinusoidalPositionalEncoding,
-                      "learned": LearnedPositionalEncoding}[cfg.positional]
-        self.pos = Positional(cfg.d_model, cfg.max_len)
+        self.pos = positional_encoding(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
         self.decoder = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
@@ -155,3 +171,38 @@ class Transformer(nn.Module):
         if src.shape != src_mask.shape:
             raise ValueError(f"src {tuple(src.shape)} and src_mask {tuple(src_mask.shape)} differ")
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+
+
+class SelfAttentionStack(nn.Module):
+    """Token ids (B, T) -> scores (B, T, n_out): embedding, positions, N self-attention blocks.
+
+    With ``causal=True`` each position sees only itself and the past: a decoder-only language
+    model (chapters 6 and 10). With ``causal=False`` every position sees the whole sequence: an
+    encoder that labels each position (chapters 5 and 7). ``n_out`` defaults to the vocabulary
+    size; with ``tie_embeddings`` and n_out == vocab_size the output layer reuses the embedding.
+
+    forward(ids (B, T) int64, mask (B, T) bool or None, True at real tokens) -> (B, T, n_out).
+    """
+
+    def __init__(self, cfg: TransformerConfig, causal: bool, n_out: int | None = None):
+        super().__init__()
+        self.cfg, self.causal = cfg, causal
+        n_out = n_out or cfg.vocab_size
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
+        nn.init.normal_(self.embed.weight, std=cfg.d_model ** -0.5)
+        self.pos = positional_encoding(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.out = nn.Linear(cfg.d_model, n_out, bias=False)
+        if cfg.tie_embeddings and n_out == cfg.vocab_size:
+            self.out.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None, offset: int = 0):
+        if ids.dim() != 2 or ids.dtype != torch.long:
+            raise ValueError(f"expected a (B, T) int64 tensor of token ids, got shape "
+                             f"{tuple(ids.shape)} and dtype {ids.dtype}")
+        x = self.dropout(self.pos(self.embed(ids) * math.sqrt(self.cfg.d_model), offset))
+        for block in self.blocks:
+            x = block(x, mask, causal=self.causal)                 # (B, T, d_model)
+        return self.out(self.norm(x))                             # (B, T, n_out)

@@ -14,8 +14,9 @@ Scaled dot-product attention (chapter 4) is the case ``score(q, k) = q . k / sqr
 Mask convention (book/notation.md): a boolean mask is ``True`` where attention is allowed and
 ``False`` where it is blocked, as in ``torch.nn.functional.scaled_dot_product_attention``.
 A query whose keys are *all* blocked (a fully masked row) gets all-zero weights and a zero output,
-never NaN; PyTorch's functions may return NaN there, so the book's code never relies on them for
-such rows.
+never NaN. PyTorch 2.13's fused ``scaled_dot_product_attention`` also returns zeros there, but a
+plain ``softmax`` over a row of -inf, and ``nn.MultiheadAttention``, return NaN (chapter 4 shows
+all three).
 """
 from __future__ import annotations
 

@@ -65,3 +65,36 @@ def attention_heatmap(weights, queries=None, keys=None, ax=None, title="Attentio
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
     return ax
+
+
+def plot_accuracy_by_length(results, ax=None, title="Accuracy against input length",
+                            metrics=("exact", "token")):
+    """Accuracy of one or more models against the input length (chapters 1 and 2).
+
+    results: a dict {model label: accuracy dict}, each accuracy dict as returned by
+    ``attnbook.toy.accuracy_by_length`` (keys "length", "exact", "token").
+    metrics: which curves to draw: "exact" (exact match, solid line) and/or "token" (per-token
+    accuracy, dashed line). Each model keeps one colour for both of its curves.
+    Returns the matplotlib Axes.
+    """
+    names = {"exact": "exact match", "token": "per-token"}
+    styles = {"exact": dict(linestyle="-", marker="o"), "token": dict(linestyle="--", marker="s",
+                                                                      markersize=4)}
+    for m in metrics:
+        if m not in names:
+            raise ValueError(f"unknown metric {m!r}; use 'exact' and/or 'token'")
+    if ax is None:
+        _, ax = plt.subplots()
+    for k, (label, res) in enumerate(results.items()):
+        colour = OKABE_ITO[k % len(OKABE_ITO)]
+        for m in metrics:
+            ax.plot(res["length"], res[m], color=colour, label=f"{label}: {names[m]}", **styles[m])
+    lengths = sorted({L for res in results.values() for L in res["length"]})
+    if len(lengths) <= 12:
+        ax.set_xticks(lengths)
+    ax.set_xlabel("input length (symbols)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(title)
+    ax.legend()
+    return ax

@@ -63,3 +63,77 @@ def task_accuracy(model: torch.nn.Module, make_batch: Task, n_batches: int = 4,
         seq_total += x.shape[0]
     model.train()
     return tok_right / tok_total, seq_right / seq_total
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 7
+
+def make_lookback_task(min_len: int, max_len: int, offset: int = 2, n_symbols: int = 8) -> Task:
+    """An order task of lengths ``min_len..max_len``: label each position with the symbol
+    ``offset`` positions earlier. Returns a ``make_batch(batch_size, generator)``.
+
+    inputs (B, T): symbols are ids 4 .. 3 + n_symbols; each sequence has a length drawn uniformly
+    from min_len..max_len and is padded on the right with PAD_ID up to T, the longest in the batch.
+    targets (B, T): at a real position t >= offset, the class ``inputs[b, t - offset] - 3``
+    (1 .. n_symbols); at t < offset, class 0 ("nothing there"); 0 at padding.
+    mask (B, T): True at real tokens, False at padding.
+    A model therefore needs n_symbols + 1 output classes and a vocabulary of 4 + n_symbols ids.
+
+    Only the order of the tokens determines the labels: a model that sees the sequence as a bag of
+    tokens (self-attention without positions) cannot tell which token came ``offset`` earlier.
+    """
+    if not 1 <= min_len <= max_len:
+        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    if offset < 1 or n_symbols < 2:
+        raise ValueError(f"need offset >= 1 and n_symbols >= 2, got {offset} and {n_symbols}")
+
+    def make_batch(batch_size: int, generator: torch.Generator):
+        lengths = torch.randint(min_len, max_len + 1, (batch_size,), generator=generator)
+        T = int(lengths.max())
+        mask = torch.arange(T)[None, :] < lengths[:, None]                    # (B, T)
+        x = torch.randint(4, 4 + n_symbols, (batch_size, T), generator=generator)
+        x = x.masked_fill(~mask, 0)                                            # PAD_ID = 0
+        y = torch.zeros(batch_size, T, dtype=torch.long)                       # (B, T)
+        if T > offset:
+            y[:, offset:] = x[:, :-offset] - 3                                # symbol -> class
+        y = y.masked_fill(~mask, 0)
+        return x, y, mask
+
+    return make_batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 6
+
+def make_caesar_copy_task(k: int = 4, n_symbols: int = 8, shift: int = 1) -> Task:
+    """A language-modelling task "a b c d | a+1 b+1 c+1 d+1" for a decoder-only model (chapter 6).
+
+    Each sequence is ``[BOS, a_1 .. a_k, SEP, b_1 .. b_k, EOS]``: a_1 .. a_k are drawn uniformly
+    from ``n_symbols`` symbols (ids 4 .. 3 + n_symbols), SEP is id 4 + n_symbols, and b_j is a_j
+    moved ``shift`` places along the alphabet of symbols, wrapping round (a Caesar cipher;
+    ``shift=0`` is a plain copy). A language model reads ``inputs = sequence[:-1]`` and predicts
+    ``targets = sequence[1:]``, the next token at every position. Returns a
+    ``make_batch(batch_size, generator)`` with
+
+    inputs (B, T) and targets (B, T), T = 2k + 2: targets[:, t] == inputs[:, t + 1];
+    mask (B, T) bool, all True (every position is a real token and every label counts).
+
+    The vocabulary has n_symbols + 5 ids. The first k targets are random, so no model that reads
+    only the past can beat a loss of k ln(n_symbols) / (2k + 2) per position; everything after
+    them is determined by the past. To generate, give a model the prompt ``inputs[:, :k + 2]``
+    (BOS, a_1 .. a_k, SEP) and compare its next k + 1 tokens with ``targets[:, k + 1:]``.
+    """
+    if k < 1 or n_symbols < 2:
+        raise ValueError(f"need k >= 1 and n_symbols >= 2, got k={k} and n_symbols={n_symbols}")
+    sep = 4 + n_symbols
+    from . import BOS_ID, EOS_ID
+
+    def make_batch(batch_size: int, generator: torch.Generator):
+        a = torch.randint(0, n_symbols, (batch_size, k), generator=generator)  # (B, k)
+        b = (a + shift) % n_symbols                                             # (B, k)
+        col = lambda i: torch.full((batch_size, 1), i, dtype=torch.long)        # noqa: E731
+        seq = torch.cat([col(BOS_ID), a + 4, col(sep), b + 4, col(EOS_ID)], 1)  # (B, 2k + 3)
+        mask = torch.ones(batch_size, 2 * k + 2, dtype=torch.bool)             # (B, T)
+        return seq[:, :-1], seq[:, 1:], mask
+
+    return make_batch

@@ -1,0 +1,189 @@
+"""The synthetic transduction task of Part I: generate it, train on it, score it by length.
+
+A source is a random string of ``n_symbols`` different symbols; the target is the same string
+reversed (``task="reverse"``) or copied (``task="copy"``). Symbols use ids 4, 5, ...: ids 0-3 are
+the book's special tokens PAD, UNK, BOS, EOS. Batches follow book/notation.md:
+
+    src      (B, S)      symbol ids, right-padded with PAD_ID
+    src_mask (B, S)      True at real tokens
+    tgt_in   (B, S + 1)  BOS + target: what the decoder reads
+    tgt_out  (B, S + 1)  target + EOS: what it must predict
+    tgt_mask (B, S + 1)  True at real target positions (where the loss counts)
+
+Because the data are endless and free, the training loop draws a fresh batch at every step and
+runs for a fixed number of steps; :func:`accuracy_by_length` then decodes greedily on fresh
+sequences of each length.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from . import BOS_ID, EOS_ID, PAD_ID
+from .batching import pad  # noqa: F401  (re-exported: the toy batches are padded like real ones)
+
+SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
+TASKS = ("reverse", "copy")
+
+
+class ToyBatch(NamedTuple):
+    """A padded batch of the toy task (same field names as ``attnbook.batching.Batch``)."""
+
+    src: torch.Tensor       # (B, S) int64
+    src_mask: torch.Tensor  # (B, S) bool, True at real tokens
+    tgt_in: torch.Tensor    # (B, S + 1) int64, BOS + target
+    tgt_out: torch.Tensor   # (B, S + 1) int64, target + EOS
+    tgt_mask: torch.Tensor  # (B, S + 1) bool, True at real target positions
+
+
+def vocab_size(n_symbols: int) -> int:
+    """Size of the vocabulary for ``n_symbols`` symbols: the 4 special ids come first."""
+    return SYMBOL_OFFSET + n_symbols
+
+
+def to_symbols(ids) -> list[str]:
+    """Readable labels for ids: symbols 4, 5, ... become 'a', 'b', ...; specials their pieces.
+
+    ids: a 1-D tensor or list. Handy for printing and for the axes of attention heatmaps.
+    """
+    special = {PAD_ID: "<pad>", 1: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+    ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    out = []
+    for i in ids:
+        if i in special:
+            out.append(special[i])
+        elif i - SYMBOL_OFFSET < 26:
+            out.append(chr(ord("a") + i - SYMBOL_OFFSET))
+        else:
+            out.append(f"#{i - SYMBOL_OFFSET}")
+    return out
+
+
+def make_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
+               task: str = "reverse", generator: torch.Generator | None = None) -> ToyBatch:
+    """A batch of random sources with lengths drawn uniformly from [min_len, max_len].
+
+    Use ``min_len == max_len`` for a batch of one length. ``generator`` makes it reproducible.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if not 1 <= min_len <= max_len:
+        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    if n_symbols < 1:
+        raise ValueError(f"n_symbols must be at least 1, got {n_symbols}")
+    lengths = torch.randint(min_len, max_len + 1, (batch_size,), generator=generator)  # (B,)
+    S = int(lengths.max())
+    pos = torch.arange(S)[None, :]                                      # (1, S)
+    src_mask = pos < lengths[:, None]                                   # (B, S)
+    symbols = torch.randint(SYMBOL_OFFSET, SYMBOL_OFFSET + n_symbols, (batch_size, S),
+                            generator=generator)                        # (B, S)
+    src = symbols.masked_fill(~src_mask, PAD_ID)                        # (B, S)
+    if task == "reverse":  # target position j holds source position L - 1 - j
+        idx = (lengths[:, None] - 1 - pos).clamp(min=0)                 # (B, S)
+        tgt = src.gather(1, idx).masked_fill(~src_mask, PAD_ID)         # (B, S)
+    else:
+        tgt = src
+    B = batch_size
+    pad_col = torch.full((B, 1), PAD_ID, dtype=torch.long)
+    tgt_in = torch.cat([torch.full((B, 1), BOS_ID, dtype=torch.long), tgt], 1)  # (B, S + 1)
+    tgt_out = torch.cat([tgt, pad_col], 1)                              # (B, S + 1)
+    tgt_out[torch.arange(B), lengths] = EOS_ID                          # EOS right after the target
+    tgt_mask = torch.arange(S + 1)[None, :] <= lengths[:, None]         # (B, S + 1)
+    return ToyBatch(src, src_mask, tgt_in, tgt_out, tgt_mask)
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None):
+    """Run the block with ``n`` PyTorch CPU threads, then restore the previous number.
+
+    The models of Part I are small: each operation takes microseconds, and extra threads only add
+    synchronisation. One thread is as fast on an idle machine and many times faster on a busy
+    one (a shared CI runner, a laptop running other jobs). ``None`` changes nothing.
+    """
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def sequence_loss(logits: torch.Tensor, tgt_out: torch.Tensor,
+                  tgt_mask: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over real target positions. logits (B, T, V); tgt_out, tgt_mask (B, T)."""
+    loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, reduction="none")  # (B, T)
+    return (loss * tgt_mask).sum() / tgt_mask.sum()
+
+
+def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, max_len: int,
+              task: str = "reverse", batch_size: int = 64, lr: float = 3e-3, clip: float = 1.0,
+              seed: int = 0, log_every: int | None = None,
+              num_threads: int | None = 1) -> list[float]:
+    """Train ``model`` with Adam for exactly ``steps`` steps, a fresh random batch each step.
+
+    The model is called as ``model(src, src_mask, tgt_in)`` and must return ``(logits, ...)``
+    with logits of shape (B, T, V), like :class:`attnbook.rnn.Seq2Seq`. The data come from a
+    generator seeded with ``seed``, so two models trained with the same seed see the same
+    batches. Gradients are clipped to norm ``clip``. ``num_threads``: CPU threads during the
+    loop (see :func:`cpu_threads`). Returns the loss of every step (a list of ``steps`` floats).
+    """
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    history = []
+    with cpu_threads(num_threads):
+        for step in range(steps):
+            batch = make_batch(batch_size, min_len, max_len, n_symbols, task, generator=gen)
+            src, src_mask, tgt_in, tgt_out, tgt_mask = (t.to(device) for t in batch)
+            logits = model(src, src_mask, tgt_in)[0]                    # (B, T, V)
+            loss = sequence_loss(logits, tgt_out, tgt_mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            history.append(loss.item())
+            if log_every and (step + 1) % log_every == 0:
+                print(f"step {step + 1:5d}  loss {sum(history[-log_every:]) / log_every:.3f}")
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def accuracy_by_length(model: torch.nn.Module, lengths: Sequence[int], n_symbols: int,
+                       task: str = "reverse", n_per_length: int = 200, seed: int = 1234,
+                       num_threads: int | None = 1) -> dict:
+    """Greedy-decode fresh sources of each length and score the outputs.
+
+    For each length L, ``n_per_length`` random sources of exactly L symbols are decoded for at
+    most L + 1 steps (L symbols then EOS). Returns a dict of lists, one entry per length:
+
+      "length": the lengths;
+      "exact":  exact-match accuracy, the fraction of outputs equal to the target, EOS included;
+      "token":  per-token accuracy, the fraction of the L target positions predicted right.
+
+    ``num_threads``: CPU threads during the evaluation (see :func:`cpu_threads`).
+    """
+    from .rnn import greedy_decode
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    gen = torch.Generator().manual_seed(seed)
+    out = {"length": [], "exact": [], "token": []}
+    with cpu_threads(num_threads):
+        for L in lengths:
+            batch = make_batch(n_per_length, L, L, n_symbols, task, generator=gen)
+            src, src_mask = batch.src.to(device), batch.src_mask.to(device)
+            pred = greedy_decode(model, src, src_mask, max_len=L + 1).cpu()  # (n, <= L + 1)
+            pred = F.pad(pred, (0, L + 1 - pred.shape[1]), value=PAD_ID)    # (n, L + 1)
+            correct = pred == batch.tgt_out                                  # (n, L + 1)
+            out["length"].append(int(L))
+            out["exact"].append(correct.all(1).float().mean().item())
+            out["token"].append(correct[:, :L].float().mean().item())
+    model.train(was_training)
+    return out

@@ -80,10 +80,14 @@ def test_sinusoidal_values_and_linear_shift():
     assert pe.shape == (50, 16)
     assert pe[3, 0].item() == pytest.approx(math.sin(3)) and pe[3, 1].item() == pytest.approx(math.cos(3))
     assert pe[7, 4].item() == pytest.approx(math.sin(7 / 10000 ** (4 / 16)), abs=1e-6)
-    # PE(p + k) = M_k PE(p) for a fixed block-rotation M_k, for every p
-    k = 5
-    M = torch.linalg.lstsq(pe[:40], pe[k:40 + k]).solution
-    torch.testing.assert_close(pe[:40] @ M, pe[k:40 + k], atol=1e-4, rtol=1e-4)
+    # PE(p + k) = M_k PE(p) for a fixed block-diagonal rotation M_k, the same for every p
+    k, d = 5, 16
+    M = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        w = 1.0 / 10000 ** (2 * i / d)
+        c, s_ = math.cos(k * w), math.sin(k * w)
+        M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, -s_], [s_, c]], dtype=torch.float64)
+    torch.testing.assert_close((pe[:40].double() @ M).float(), pe[k:40 + k], atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="even"):
         sinusoidal_encoding(4, 7)
 

@@ -7,9 +7,9 @@ import torch
 
 from attnbook import BOS_ID, EOS_ID
 from attnbook.attention import causal_mask
-from attnbook.graders import GRADERS
 from attnbook.tasks import make_caesar_copy_task, task_accuracy, train_on_task
 from attnbook.transformer import SelfAttentionStack, TransformerConfig
+from graderkit import assert_fails, grade, stub  # noqa: F401
 
 
 # --- the task ----------------------------------------------------------------------------------
@@ -82,21 +82,6 @@ def test_caesar_copy_is_learnable_by_a_causal_model_down_to_the_entropy_floor():
 
 
 # --- graders -----------------------------------------------------------------------------------
-
-def grade(label, fn):
-    return GRADERS[label].grade(fn)
-
-
-def assert_fails(label, fn, *fragments):
-    result = grade(label, fn)
-    assert not result.passed, f"{label} passed a wrong answer"
-    for fragment in fragments:
-        assert fragment in result.message, f"{fragment!r} not in hint: {result.message}"
-    return result.message
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError("write it")
 
 
 # ex-06-causal-mask: make_causal_mask(T, S=None) -> (T, S) bool

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from attnbook import PAD_ID
-from attnbook.graders import GRADERS
 from attnbook.positional import sinusoidal_encoding
 from attnbook.tasks import make_lookback_task
 from attnbook.transformer import SelfAttentionStack, TransformerConfig
+from graderkit import assert_fails, grade, stub  # noqa: F401
 
 
 # --- the task -----------------------------------------------------------------------------------
@@ -93,21 +93,6 @@ def test_encoder_without_positions_is_permutation_equivariant_and_causal_is_not(
 
 
 # --- graders --------------------------------------------------------------------------------------
-
-def grade(label, fn):
-    return GRADERS[label].grade(fn)
-
-
-def assert_fails(label, fn, *fragments):
-    result = grade(label, fn)
-    assert not result.passed, f"{label} passed a wrong answer"
-    for fragment in fragments:
-        assert fragment in result.message, f"{fragment!r} not in hint: {result.message}"
-    return result.message
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError("write it")
 
 
 # ex-07-sinusoid-table: sinusoid_table(T, d_model, base=10000.0) -> (T, d_model) float32

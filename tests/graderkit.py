@@ -1,0 +1,19 @@
+"""Helpers shared by the grader tests: grade a function, expect a failure with a given hint."""
+from attnbook.graders import GRADERS
+
+
+def grade(label, fn):
+    return GRADERS[label].grade(fn)
+
+
+def assert_fails(label, fn, *fragments):
+    """The grader of ``label`` must fail ``fn`` with a hint that contains every fragment."""
+    result = grade(label, fn)
+    assert not result.passed, f"{label} passed a wrong answer"
+    for fragment in fragments:
+        assert fragment in result.message, f"{fragment!r} not in hint: {result.message}"
+    return result.message
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError("write it")

@@ -89,3 +89,19 @@ def test_bad_beam_size():
     src, mask = src_batch(0)
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(model, src, mask, beam_size=0)
+
+
+@pytest.mark.parametrize("score", [None, "additive", "dot"])
+def test_gru_models_share_the_decoding_interface(score):
+    """The same greedy and beam search decode the GRU models of Part I-II (chapter 9's harness)."""
+    from attnbook import rnn
+    torch.manual_seed(0)
+    kwargs = {} if score is None else {"attention": True, "score": score}
+    model = rnn.Seq2Seq(7, d_model=16, **kwargs).eval()
+    src, mask = src_batch(3)
+    ours = greedy_decode(model, src, mask, max_len=6)
+    tokens = rnn.greedy_decode(model, src, mask, max_len=6).tolist()   # Part I's own loop
+    theirs = [row[:row.index(EOS_ID)] if EOS_ID in row else [t for t in row if t != 0] for row in tokens]
+    assert ours == theirs
+    assert beam_search(model, src, mask, beam_size=1, max_len=6, alpha=0.0) == ours
+    assert len(beam_search(model, src, mask, beam_size=3, max_len=6)) == 3

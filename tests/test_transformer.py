@@ -143,3 +143,16 @@ def test_without_positions_self_attention_is_permutation_equivariant():
     torch.testing.assert_close(model(ids)[:, perm], model(ids[:, perm]))
     with pytest.raises(ValueError, match="unknown positional"):
         SelfAttentionStack(TransformerConfig(**{**CFG, "positional": "rope"}), causal=False)
+
+
+def test_decode_returns_cross_attention_weights():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**CFG)).eval()
+    src, src_mask, tgt, tgt_mask = batch()
+    memory = model.encode(src, src_mask)
+    logits, cross = model.decode(tgt, memory, src_mask, tgt_mask, return_attention=True)
+    torch.testing.assert_close(logits, model.decode(tgt, memory, src_mask, tgt_mask))
+    assert len(cross) == CFG["n_layers"] and cross[0].shape == (3, 4, 5, 7)     # (B, h, T, S)
+    for w in cross:
+        torch.testing.assert_close(w.sum(-1), torch.ones(3, 4, 5))
+        assert (w.permute(0, 2, 1, 3)[~src_mask[:, None, None, :].expand(3, 5, 4, 7)] == 0).all()

@@ -11,7 +11,8 @@ translation is built one token at a time, starting from BOS, until the model emi
   since summing more negative log-probabilities otherwise always favours short outputs.
 
 Both work on any model with the two methods of :class:`attnbook.transformer.Transformer`:
-``encode(src, src_mask) -> memory`` and ``decode(tgt_in, memory, src_mask) -> logits (B, T, V)``.
+``encode(src, src_mask) -> memory`` and ``decode(tgt_in, memory, src_mask) -> logits (B, T, V)``;
+the GRU models of :mod:`attnbook.rnn` have them too (their memory is a tuple of tensors).
 Outputs are lists of token ids without BOS and EOS.
 """
 from __future__ import annotations
@@ -25,6 +26,14 @@ def _next_log_probs(model, ys, memory, src_mask, banned=(PAD_ID, BOS_ID)):
     logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (N, V): scores for the next token
     logits[:, list(banned)] = float("-inf")                     # never generate PAD or BOS
     return torch.log_softmax(logits, dim=-1)                    # (N, V)
+
+
+def _repeat_rows(memory, k: int):
+    """Repeat each sentence's memory k times along the batch: a tensor or a tuple of tensors
+    (the GRU models' memory is (H, h_last))."""
+    if isinstance(memory, tuple):
+        return tuple(m.repeat_interleave(k, dim=0) for m in memory)
+    return memory.repeat_interleave(k, dim=0)
 
 
 def _strip(row: list[int]) -> list[int]:
@@ -73,7 +82,7 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int
     B, k = src.shape[0], beam_size
     device = src.device
     memory = model.encode(src, src_mask)                                  # (B, S, d_model)
-    memory = memory.repeat_interleave(k, dim=0)                           # (B*k, S, d_model)
+    memory = _repeat_rows(memory, k)                                      # (B*k, S, d_model)
     src_mask_k = src_mask.repeat_interleave(k, dim=0)                     # (B*k, S)
     ys = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)  # (B*k, 1)
     scores = torch.full((B, k), float("-inf"), device=device)

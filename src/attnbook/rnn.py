@@ -393,6 +393,17 @@ class Seq2Seq(nn.Module):
         H, h_last = self.encoder(src, src_mask)                   # (B, S, d), (B, d)
         return self.decoder(tgt_in, H, h_last, src_mask)
 
+    # The interface of attnbook.decoding (greedy and beam search), shared with the Transformer,
+    # so that one harness decodes and scores every model of the book (chapter 9).
+    def encode(self, src, src_mask):
+        """src (B, S), src_mask (B, S) -> memory: the tuple (H (B, S, d), h_last (B, d))."""
+        return self.encoder(src, src_mask)
+
+    def decode(self, tgt_in, memory, src_mask):
+        """tgt_in (B, T) -> logits (B, T, V), re-running the decoder over the whole prefix."""
+        H, h_last = memory
+        return self.decoder(tgt_in, H, h_last, src_mask)[0]
+
 
 @torch.no_grad()
 def greedy_decode(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len: int,

@@ -106,16 +106,20 @@ class DecoderBlock(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
-    def forward(self, x, memory, tgt_mask, src_mask):  # x: (B, T, d_model), memory: (B, S, d_model)
+    def forward(self, x, memory, tgt_mask, src_mask, need_weights: bool = False):
+        """x: (B, T, d_model), memory: (B, S, d_model) -> (B, T, d_model); with need_weights,
+        also the cross-attention weights (B, h, T, S)."""
         if self.norm_first:
             x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=tgt_mask, causal=True)[0])
-            x = x + self.dropout(self.cross_attn(self.norm2(x), memory, key_mask=src_mask)[0])
+            a, w = self.cross_attn(self.norm2(x), memory, key_mask=src_mask, need_weights=need_weights)
+            x = x + self.dropout(a)
             x = x + self.dropout(self.ff(self.norm3(x)))
         else:
             x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=tgt_mask, causal=True)[0]))
-            x = self.norm2(x + self.dropout(self.cross_attn(x, memory, key_mask=src_mask)[0]))
+            a, w = self.cross_attn(x, memory, key_mask=src_mask, need_weights=need_weights)
+            x = self.norm2(x + self.dropout(a))
             x = self.norm3(x + self.dropout(self.ff(x)))
-        return x  # (B, T, d_model)
+        return (x, w) if need_weights else x  # (B, T, d_model)
 
 
 class Transformer(nn.Module):
@@ -154,12 +158,22 @@ class Transformer(nn.Module):
         return self.enc_norm(x)
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """tgt_in (B, T) ids, memory (B, S, d_model) -> logits (B, T, V)."""
+               tgt_mask: torch.Tensor | None = None, return_attention: bool = False):
+        """tgt_in (B, T) ids, memory (B, S, d_model) -> logits (B, T, V).
+
+        return_attention=True also returns the cross-attention weights of every decoder layer,
+        a list of N tensors (B, h, T, S): which source positions each target position read.
+        """
         x = self.embed_tokens(tgt_in)
+        cross = []
         for block in self.decoder:
-            x = block(x, memory, tgt_mask, src_mask)
-        return self.out(self.dec_norm(x))  # (B, T, V): a score for every vocabulary entry
+            if return_attention:
+                x, w = block(x, memory, tgt_mask, src_mask, need_weights=True)
+                cross.append(w)
+            else:
+                x = block(x, memory, tgt_mask, src_mask)
+        logits = self.out(self.dec_norm(x))  # (B, T, V): a score for every vocabulary entry
+        return (logits, cross) if return_attention else logits
 
     def forward(self, src, src_mask, tgt_in, tgt_mask=None):
         """src (B, S), src_mask (B, S), tgt_in (B, T), tgt_mask (B, T) -> logits (B, T, V).

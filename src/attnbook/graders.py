@@ -101,6 +101,12 @@ def expect_shape(got, shape, what: str) -> None:
         raise Hint(f"{what}: expected shape {tuple(shape)}, got {tuple(got.shape)}")
 
 
+def expect_pair(got, names: str, what: str) -> None:
+    """Raise a Hint unless ``got`` is a tuple of two, e.g. names="(context, alpha)"."""
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise Hint(f"on {what}: return a tuple {names}, got {type(got).__name__}")
+
+
 def expect_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 1e-4) -> None:
     """Raise a Hint unless ``got`` matches ``expected`` in shape, dtype and value."""
     expect_shape(got, expected.shape, what)
@@ -138,8 +144,7 @@ def check_pad_batch(pad_batch):
     checks = 0
     for what, seqs, pad_id in cases:
         out = pad_batch(seqs, pad_id=pad_id)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            raise Hint(f"on {what}: return a tuple (ids, mask), got {type(out).__name__}")
+        expect_pair(out, "(ids, mask)", what)
         ids, mask = out
         exp_ids, exp_mask = reference(seqs, pad_id=pad_id)
         expect_shape(ids, exp_ids.shape, f"ids on {what}")
@@ -194,8 +199,7 @@ def check_gru_encode(fn):
         with torch.no_grad():
             H_ref, h_ref = _ref_gru_encode(x, mask, cell)
             got = fn(x.clone(), mask.clone(), cell)
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Hint(f"on {what}: return a tuple (H, h_last), got {type(got).__name__}")
+        expect_pair(got, "(H, h_last)", what)
         H, h_last = got
         expect_shape(H, (B, S, Hd), f"H on {what} (x of shape {(B, S, I)}, hidden size {Hd})")
         expect_shape(h_last, (B, Hd), f"h_last on {what}")
@@ -244,8 +248,7 @@ def check_bilinear_attention(fn):
             keys[~mask] = pad_value
         c_ref, a_ref = _ref_bilinear_attention(query, keys, mask, W)
         got = fn(query.clone(), keys.clone(), mask.clone(), W.clone())
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Hint(f"on {what}: return a tuple (context, alpha), got {type(got).__name__}")
+        expect_pair(got, "(context, alpha)", what)
         c, alpha = got
         expect_shape(alpha, (B, S), f"alpha on {what} (query {(B, d_q)}, keys {(B, S, d_k)})")
         expect_shape(c, (B, d_k), f"context on {what}")
@@ -431,8 +434,7 @@ def check_scaled_dot_product_attention(fn):
             kwargs["causal"] = True
         got = _c4_call(fn, what, q.clone(), k.clone(), v.clone(), **kwargs)
         out_ref, w_ref = reference(q, k, v, mask=mask, causal=causal)
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Hint(f"on {what}: return a tuple (out, weights), got {type(got).__name__}")
+        expect_pair(got, "(out, weights)", what)
         out, w = got
         if (isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor)
                 and out_ref.shape != w_ref.shape
@@ -1099,8 +1101,7 @@ def check_multi_head_self_attention(fn):
         exp_out, exp_w = _ref_mhsa(*args, **kwargs)
         got = fn(x.clone(), *(W.clone() for W in Ws), h,
                  key_mask=None if key_mask is None else key_mask.clone(), causal=causal)
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Hint(f"on {what}: return a tuple (out, weights), got {type(got).__name__}")
+        expect_pair(got, "(out, weights)", what)
         out, weights = got
         if isinstance(out, torch.Tensor) and isinstance(weights, torch.Tensor) \
                 and out.dim() == 4 and weights.dim() == 3:
@@ -1219,8 +1220,7 @@ def check_multi_query_attention(fn):
         W_k, W_v = (torch.randn(d, d_k, dtype=torch.float64) / d ** 0.5 for _ in range(2))
         exp_out, exp_w = _ref_mqa(x, W_q, W_k, W_v, W_o, h, causal)
         got = fn(x.clone(), W_q.clone(), W_k.clone(), W_v.clone(), W_o.clone(), h, causal=causal)
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Hint(f"on {what}: return a tuple (out, weights), got {type(got).__name__}")
+        expect_pair(got, "(out, weights)", what)
         out, weights = got
         expect_shape(weights, (B, h, T, T), f"weights on {what} (W_k and W_v are "
                      f"({d}, {d_k}): one key and one value head, shared by all {h} query heads)")
@@ -1478,8 +1478,7 @@ def check_soft_lookup(fn):
         values = torch.randn(B, S, d_v)
         r_ref, w_ref = _c3_soft_lookup_ref(query, keys, values, beta)
         got = fn(query.clone(), keys.clone(), values.clone(), beta)
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Hint(f"on {what}: return a tuple (result, weights), got {type(got).__name__}")
+        expect_pair(got, "(result, weights)", what)
         result, w = got
         expect_shape(w, (B, S), f"the weights on {what} (one weight per entry)")
         expect_shape(result, (B, d_v), f"the result on {what} (one value-sized vector)")

@@ -105,3 +105,60 @@ def test_gru_models_share_the_decoding_interface(score):
     assert ours == theirs
     assert beam_search(model, src, mask, beam_size=1, max_len=6, alpha=0.0) == ours
     assert len(beam_search(model, src, mask, beam_size=3, max_len=6)) == 3
+
+
+# ---- the key/value cache: the same logits and outputs as re-running the whole prefix ----
+
+def cached_models():
+    from attnbook.rnn import Seq2Seq
+    torch.manual_seed(0)
+    models = {f"transformer-{pos}-{'pre' if nf else 'post'}":
+              Transformer(TransformerConfig(vocab_size=11, d_model=16, h=2, d_ff=32, n_layers=2,
+                                            dropout=0.0, max_len=40, norm_first=nf,
+                                            positional=pos))
+              for nf in (False, True) for pos in ("sinusoidal", "learned")}
+    models["gru"] = Seq2Seq(11, 16, attention=False)
+    models["gru-additive"] = Seq2Seq(11, 16, attention=True, score="additive")
+    models["gru-dot"] = Seq2Seq(11, 16, attention=True, score="dot")
+    return {k: m.eval() for k, m in models.items()}
+
+
+@pytest.mark.parametrize("name", list(cached_models()))
+def test_cached_decode_gives_the_logits_of_the_full_prefix(name):
+    model = cached_models()[name]
+    src, mask = src_batch(5, B=3, S=6, V=11)
+    tgt = torch.randint(4, 11, (3, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        full = model.decode(tgt, memory, mask)                         # (B, T, V)
+        cache = {}
+        # the first call takes two tokens at once, the rest one each: any split must work
+        steps = [model.decode(tgt[:, :2], memory, mask, cache=cache)]
+        steps += [model.decode(tgt[:, t:t + 1], memory, mask, cache=cache) for t in range(2, 7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    if name.startswith("transformer"):
+        assert cache["length"] == 7 and cache["layers"][0]["self"]["k"].shape == (3, 2, 7, 8)
+
+
+@pytest.mark.parametrize("name", list(cached_models()))
+def test_cached_search_equals_uncached(name):
+    model = cached_models()[name]
+    src, mask = src_batch(6, B=4, S=6, V=11)
+    for k in (1, 3):
+        a = beam_search(model, src, mask, beam_size=k, max_len=9, return_scores=True)
+        b = beam_search(model, src, mask, beam_size=k, max_len=9, return_scores=True,
+                        use_cache=False)
+        assert a[0] == b[0]
+        torch.testing.assert_close(torch.tensor(a[1]), torch.tensor(b[1]), atol=1e-4, rtol=1e-4)
+    assert greedy_decode(model, src, mask, max_len=9) == \
+        greedy_decode(model, src, mask, max_len=9, use_cache=False)
+
+
+def test_cache_rows_follow_their_hypotheses():
+    from attnbook.decoding import _select_rows
+    cache = {"length": 3, "layers": [{"self": {"k": torch.arange(4.)[:, None]}}],
+             "prepared": (torch.arange(4.), torch.arange(4.) * 2)}
+    _select_rows(cache, torch.tensor([2, 2, 0, 1]))
+    assert cache["length"] == 3
+    assert cache["layers"][0]["self"]["k"].squeeze(1).tolist() == [2., 2., 0., 1.]
+    assert cache["prepared"][1].tolist() == [4., 4., 0., 2.]

@@ -14,6 +14,12 @@ Both work on any model with the two methods of :class:`attnbook.transformer.Tran
 ``encode(src, src_mask) -> memory`` and ``decode(tgt_in, memory, src_mask) -> logits (B, T, V)``;
 the GRU models of :mod:`attnbook.rnn` have them too (their memory is a tuple of tensors).
 Outputs are lists of token ids without BOS and EOS.
+
+With ``use_cache=True`` (the default) each step feeds only the newest token, and the model keeps
+what it computed for the earlier ones in a cache (``decode(..., cache=dict)``): the keys and
+values of every decoder layer for the Transformer, the recurrent state for a GRU. Without the
+cache, step t re-runs the decoder over all t tokens of the prefix; the result is the same
+(tests/test_decoding.py checks it) but the work grows with the square of the output length.
 """
 from __future__ import annotations
 
@@ -22,8 +28,11 @@ import torch
 from . import BOS_ID, EOS_ID, PAD_ID
 
 
-def _next_log_probs(model, ys, memory, src_mask, banned=(PAD_ID, BOS_ID)):
-    logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (N, V): scores for the next token
+def _next_log_probs(model, ys, memory, src_mask, cache=None, banned=(PAD_ID, BOS_ID)):
+    if cache is None:
+        logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (N, V): the whole prefix
+    else:                                                             # only the newest token
+        logits = model.decode(ys[:, -1:], memory, src_mask, cache=cache)[:, -1].float()
     logits[:, list(banned)] = float("-inf")                     # never generate PAD or BOS
     return torch.log_softmax(logits, dim=-1)                    # (N, V)
 
@@ -36,23 +45,37 @@ def _repeat_rows(memory, k: int):
     return memory.repeat_interleave(k, dim=0)
 
 
+def _select_rows(cache, rows: torch.Tensor):
+    """Keep rows ``rows`` (along the batch) of every tensor in a cache, in place: when beam search
+    reorders its hypotheses, each one's cached keys and values (or state) must follow it."""
+    items = cache.items() if isinstance(cache, dict) else enumerate(cache)
+    for key, val in items:
+        if isinstance(val, torch.Tensor):
+            cache[key] = val.index_select(0, rows)
+        elif isinstance(val, (dict, list)):
+            _select_rows(val, rows)
+        elif isinstance(val, tuple):
+            cache[key] = tuple(v.index_select(0, rows) for v in val)
+
+
 def _strip(row: list[int]) -> list[int]:
     return row[:row.index(EOS_ID)] if EOS_ID in row else row
 
 
 @torch.no_grad()
 def greedy_decode(model, src: torch.Tensor, src_mask: torch.Tensor,
-                  max_len: int = 100) -> list[list[int]]:
+                  max_len: int = 100, use_cache: bool = True) -> list[list[int]]:
     """Most probable token at each step, for a batch. src, src_mask: (B, S). Returns B id lists.
 
     Stops at EOS or after ``max_len`` tokens (then the output is incomplete: no EOS was chosen).
     """
     memory = model.encode(src, src_mask)                                  # (B, S, d_model)
     B = src.shape[0]
+    cache = {} if use_cache else None
     ys = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        next_tok = _next_log_probs(model, ys, memory, src_mask).argmax(-1)  # (B,)
+        next_tok = _next_log_probs(model, ys, memory, src_mask, cache).argmax(-1)  # (B,)
         next_tok = next_tok.masked_fill(done, PAD_ID)
         ys = torch.cat([ys, next_tok[:, None]], dim=1)
         done |= next_tok == EOS_ID
@@ -69,7 +92,7 @@ def length_penalty(length: torch.Tensor | int, alpha: float):
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 4,
                 max_len: int = 100, alpha: float = 0.6,
-                return_scores: bool = False):
+                return_scores: bool = False, use_cache: bool = True):
     """Beam search for a batch. src, src_mask: (B, S). Returns B id lists (and their scores).
 
     Each of the B sentences keeps ``beam_size`` hypotheses, searched together as one batch of
@@ -84,13 +107,14 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int
     memory = model.encode(src, src_mask)                                  # (B, S, d_model)
     memory = _repeat_rows(memory, k)                                      # (B*k, S, d_model)
     src_mask_k = src_mask.repeat_interleave(k, dim=0)                     # (B*k, S)
+    cache = {} if use_cache else None
     ys = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)  # (B*k, 1)
     scores = torch.full((B, k), float("-inf"), device=device)
     scores[:, 0] = 0.0                      # at the start all beams are the same: keep one
     finished = torch.zeros(B, k, dtype=torch.bool, device=device)
     lengths = torch.zeros(B, k, device=device)
     for _ in range(max_len):
-        logp = _next_log_probs(model, ys, memory, src_mask_k).view(B, k, -1)  # (B, k, V)
+        logp = _next_log_probs(model, ys, memory, src_mask_k, cache).view(B, k, -1)  # (B, k, V)
         V = logp.shape[-1]
         # a finished hypothesis can only be continued by PAD, at no cost
         frozen = torch.full_like(logp, float("-inf"))
@@ -101,6 +125,8 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int
         beam, tok = flat // V, flat % V                                   # (B, k)
         rows = (beam + torch.arange(B, device=device)[:, None] * k).view(-1)  # (B*k,)
         ys = torch.cat([ys[rows], tok.view(-1, 1)], dim=1)
+        if cache is not None:
+            _select_rows(cache, rows)           # each surviving hypothesis keeps its own cache
         was_finished = finished.gather(1, beam)
         lengths = lengths.gather(1, beam) + (~was_finished).float()
         finished = was_finished | (tok == EOS_ID)

@@ -32,6 +32,11 @@ class MultiHeadAttention(nn.Module):
       need_weights: also return the attention weights (B, h, T, S); this uses the book's
         from-scratch attention. Otherwise PyTorch's fused ``scaled_dot_product_attention`` runs,
         which is faster and gives the same result (tests/test_mha.py checks this).
+      cache: a dict, for incremental decoding (the key/value cache). In self-attention the keys
+        and values of x are appended to ``cache["k"], cache["v"]`` (B, h, S, d_k), and the T new
+        queries attend to all S cached positions (causal then lets the t-th new query see keys
+        up to S - T + t). In cross-attention the context's keys and values are computed on the
+        first call and reused afterwards: the encoder's output does not change while decoding.
     Returns (out, weights): out (B, T, d_model); weights (B, h, T, S) or None.
     """
 
@@ -54,20 +59,29 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, causal: bool = False,
-                need_weights: bool = False):
+                need_weights: bool = False, cache: dict | None = None):
+        is_self = context is None
         context = x if context is None else context
         if x.dim() != 3 or x.shape[-1] != self.d_model or context.dim() != 3 \
                 or context.shape[-1] != self.d_model or context.shape[0] != x.shape[0]:
             raise ValueError(f"expected x (B, T, {self.d_model}) and context (B, S, {self.d_model}), "
                              f"got {tuple(x.shape)} and {tuple(context.shape)}")
         B, T, _ = x.shape
-        S = context.shape[1]
+        q = self.split_heads(self.W_q(x))               # (B, h, T, d_k)
+        if cache is not None and not is_self and "k" in cache:
+            k, v = cache["k"], cache["v"]               # the memory, projected on the first step
+        else:
+            k = self.split_heads(self.W_k(context))     # (B, h, S, d_k)
+            v = self.split_heads(self.W_v(context))     # (B, h, S, d_k)
+            if cache is not None:
+                if is_self and "k" in cache:            # earlier positions + the T new ones
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        S = k.shape[2]
         if key_mask is not None and (key_mask.shape != (B, S) or key_mask.dtype != torch.bool):
             raise ValueError(f"key_mask must be a ({B}, {S}) bool tensor, True at real tokens; "
                              f"got shape {tuple(key_mask.shape)}, dtype {key_mask.dtype}")
-        q = self.split_heads(self.W_q(x))           # (B, h, T, d_k)
-        k = self.split_heads(self.W_k(context))     # (B, h, S, d_k)
-        v = self.split_heads(self.W_v(context))     # (B, h, S, d_k)
         mask = None if key_mask is None else key_mask[:, None, None, :]   # (B, 1, 1, S)
         if causal:
             c = causal_mask(T, S, device=x.device)                         # (T, S)

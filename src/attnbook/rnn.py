@@ -399,10 +399,24 @@ class Seq2Seq(nn.Module):
         """src (B, S), src_mask (B, S) -> memory: the tuple (H (B, S, d), h_last (B, d))."""
         return self.encoder(src, src_mask)
 
-    def decode(self, tgt_in, memory, src_mask):
-        """tgt_in (B, T) -> logits (B, T, V), re-running the decoder over the whole prefix."""
+    def decode(self, tgt_in, memory, src_mask, cache: dict | None = None):
+        """tgt_in (B, T) -> logits (B, T, V), re-running the decoder over the whole prefix.
+
+        cache: a dict, empty on the first call, for incremental decoding: then tgt_in holds only
+        the new tokens, and the cache keeps the decoder state s after the prefix (and the
+        projected keys): a recurrent model's "cache" is just its state.
+        """
         H, h_last = memory
-        return self.decoder(tgt_in, H, h_last, src_mask)[0]
+        if cache is None:
+            return self.decoder(tgt_in, H, h_last, src_mask)[0]
+        if not cache:
+            cache.update(s=h_last, prepared=self.decoder.prepare(H, h_last, src_mask))
+        logits = []
+        for t in range(tgt_in.shape[1]):
+            step_logits, cache["s"], _ = self.decoder.step(tgt_in[:, t], cache["s"],
+                                                           cache["prepared"])
+            logits.append(step_logits)                            # (B, V)
+        return torch.stack(logits, dim=1)                         # (B, T, V)
 
 
 @torch.no_grad()

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from . import PAD_ID
 from .batching import TranslationBatches
 from .data import load_multi30k
+from .rnn import Seq2Seq
 from .tokenizer import Tokenizer, multi30k_tokenizer
 from .transformer import Transformer, TransformerConfig
 from .utils import count_parameters, deterministic, get_device, versions
@@ -128,10 +129,29 @@ def prepare_data(cfg: TrainConfig, data_dir=None) -> Data:
     return Data(tok, train, val, test_pairs)
 
 
+# Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
+# the GRU encoder-decoder of chapter 1 (no attention), of chapter 2 (additive attention) and of
+# chapter 3 (dot-product attention), and the Transformer of chapter 8.
+MODELS = ("gru", "gru-additive", "gru-dot", "transformer")
+
+
 def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
+    """The model named by ``cfg.model``; the GRU models use d_model as embedding and state size."""
     if cfg.model == "transformer":
         return Transformer(cfg.transformer_config(vocab_size))
-    raise ValueError(f"unknown model {cfg.model!r}; this command trains 'transformer'")
+    if cfg.model == "gru":
+        return Seq2Seq(vocab_size, cfg.d_model, attention=False)
+    if cfg.model in ("gru-additive", "gru-dot"):
+        return Seq2Seq(vocab_size, cfg.d_model, attention=True, score=cfg.model[4:])
+    raise ValueError(f"unknown model {cfg.model!r}; choose one of {', '.join(MODELS)}")
+
+
+def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
+    """Teacher-forced logits (B, T, V) of a batch, for a Transformer or a GRU Seq2Seq (which
+    takes no target mask: its recurrence only ever looks back) -- compiled or not."""
+    if isinstance(getattr(model, "_orig_mod", model), Seq2Seq):
+        return model(b.src, b.src_mask, b.tgt_in)[0]
+    return model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
 
 
 @torch.no_grad()
@@ -141,7 +161,7 @@ def validation_loss(model, batches: TranslationBatches, device) -> float:
     total, n = 0.0, 0
     for batch in batches:
         b = batch.to(device)
-        logits = model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+        logits = forward_logits(model, b)
         total += translation_loss(logits, b.tgt_out).item() * b.n_tgt_tokens
         n += b.n_tgt_tokens
     model.train()
@@ -220,7 +240,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         while next_batch < len(groups) and step < cfg.max_steps:
             b = data.train.batch(groups[next_batch]).to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                logits = fwd(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+                logits = forward_logits(fwd, b)
             loss = translation_loss(logits, b.tgt_out, cfg.label_smoothing)
             loss.backward()
             if cfg.clip:

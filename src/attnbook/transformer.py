@@ -106,17 +106,24 @@ class DecoderBlock(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
-    def forward(self, x, memory, tgt_mask, src_mask, need_weights: bool = False):
+    def forward(self, x, memory, tgt_mask, src_mask, need_weights: bool = False,
+                cache: dict | None = None):
         """x: (B, T, d_model), memory: (B, S, d_model) -> (B, T, d_model); with need_weights,
-        also the cross-attention weights (B, h, T, S)."""
+        also the cross-attention weights (B, h, T, S). cache: {"self": {}, "cross": {}}, the
+        key/value caches of the two attention layers when decoding one token at a time."""
+        c_self, c_cross = (None, None) if cache is None else (cache["self"], cache["cross"])
         if self.norm_first:
-            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=tgt_mask, causal=True)[0])
-            a, w = self.cross_attn(self.norm2(x), memory, key_mask=src_mask, need_weights=need_weights)
+            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=tgt_mask, causal=True,
+                                                cache=c_self)[0])
+            a, w = self.cross_attn(self.norm2(x), memory, key_mask=src_mask,
+                                   need_weights=need_weights, cache=c_cross)
             x = x + self.dropout(a)
             x = x + self.dropout(self.ff(self.norm3(x)))
         else:
-            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=tgt_mask, causal=True)[0]))
-            a, w = self.cross_attn(x, memory, key_mask=src_mask, need_weights=need_weights)
+            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=tgt_mask, causal=True,
+                                                           cache=c_self)[0]))
+            a, w = self.cross_attn(x, memory, key_mask=src_mask, need_weights=need_weights,
+                                   cache=c_cross)
             x = self.norm2(x + self.dropout(a))
             x = self.norm3(x + self.dropout(self.ff(x)))
         return (x, w) if need_weights else x  # (B, T, d_model)
@@ -158,20 +165,32 @@ class Transformer(nn.Module):
         return self.enc_norm(x)
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               tgt_mask: torch.Tensor | None = None, return_attention: bool = False):
+               tgt_mask: torch.Tensor | None = None, return_attention: bool = False,
+               cache: dict | None = None):
         """tgt_in (B, T) ids, memory (B, S, d_model) -> logits (B, T, V).
 
         return_attention=True also returns the cross-attention weights of every decoder layer,
         a list of N tensors (B, h, T, S): which source positions each target position read.
+
+        cache: a dict, empty on the first call, for incremental decoding: then tgt_in holds only
+        the tokens that follow those already decoded (usually one), and each layer's keys and
+        values of the earlier positions come from the cache instead of being recomputed.
         """
-        x = self.embed_tokens(tgt_in)
+        if cache is not None:
+            if not cache:
+                cache.update(length=0, layers=[{"self": {}, "cross": {}} for _ in self.decoder])
+            offset, layers = cache["length"], cache["layers"]
+            cache["length"] += tgt_in.shape[1]
+        else:
+            offset, layers = 0, [None] * len(self.decoder)
+        x = self.embed_tokens(tgt_in, offset)
         cross = []
-        for block in self.decoder:
+        for block, layer_cache in zip(self.decoder, layers):
             if return_attention:
-                x, w = block(x, memory, tgt_mask, src_mask, need_weights=True)
+                x, w = block(x, memory, tgt_mask, src_mask, need_weights=True, cache=layer_cache)
                 cross.append(w)
             else:
-                x = block(x, memory, tgt_mask, src_mask)
+                x = block(x, memory, tgt_mask, src_mask, cache=layer_cache)
         logits = self.out(self.dec_norm(x))  # (B, T, V): a score for every vocabulary entry
         return (logits, cross) if return_attention else logits
 

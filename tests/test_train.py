@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from attnbook import PAD_ID
-from attnbook.train import PRESETS, load_checkpoint, noam_lr, train, translation_loss
+from attnbook.train import (GRU_PEAK_LR, MODELS, PRESETS, build_model, forward_logits,
+                            load_checkpoint, noam_lr, preset, train, translation_loss)
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 
@@ -86,3 +87,80 @@ def test_train_and_translate_commands(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "attnbook.translate", str(run), "--device", "cpu"],
                          input="Ein Hund.\n\n", capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and "line(s) [2] are empty" in bad.stderr
+    long = subprocess.run([sys.executable, "-m", "attnbook.translate", str(run), "--device", "cpu"],
+                          input="Ein Hund.\n" + "Ein Hund rennt. " * 200 + "\n",
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert long.returncode == 2 and "line(s) [2] have more than 256 tokens" in long.stderr
+    missing = subprocess.run([sys.executable, "-m", "attnbook.translate", str(tmp_path / "nope")],
+                             input="Ein Hund.\n", capture_output=True, text=True, env=env)
+    assert missing.returncode == 2 and "is not a run folder" in missing.stderr
+    ev = subprocess.run([sys.executable, "-m", "attnbook.evaluate", str(run), "--beam", "1",
+                         "--sentences", "8", "--split", "val", "--device", "cpu",
+                         "--save", str(tmp_path / "hyps.txt")],
+                        capture_output=True, text=True, env=env, timeout=300)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    report = json.loads(ev.stdout)
+    assert report["sentences"] == 8 and report["split"] == "val" and 0 <= report["bleu"] <= 100
+    assert "tok:13a" in report["signature"]
+    assert len((tmp_path / "hyps.txt").read_text().splitlines()) == 8
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-steps", "0"], "--max-steps must be at least 1"),
+    (["--lr-factor", "-1"], "--lr-factor must be positive"),
+    (["--resume"], "--resume: no checkpoint in"),
+    (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
+    (["--model", "lstm"], "invalid choice: 'lstm'"),
+])
+def test_train_command_rejects_bad_arguments(tmp_path, args, message):
+    done = subprocess.run([sys.executable, "-m", "attnbook.train", "--preset", "smoke", "--out",
+                           str(tmp_path / "run"), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-1000:]
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_every_model_of_the_book_trains_with_the_same_harness():
+    from attnbook.batching import make_batch
+    src = [[5, 6, 7], [8, 9]]
+    tgt = [[10, 11], [12, 13, 14, 15]]
+    b = make_batch(src, tgt)
+    for model in MODELS:
+        cfg = preset("smoke", model)
+        net = build_model(cfg, 20)
+        logits = forward_logits(net, b)
+        assert logits.shape == (2, b.tgt_in.shape[1], 20)
+        loss = translation_loss(logits, b.tgt_out)
+        loss.backward()                              # every parameter is reachable from the loss
+        assert all(p.grad is not None for p in net.parameters()), model
+        if model == "transformer":
+            assert cfg.lr_factor == PRESETS["smoke"].lr_factor
+        else:  # the GRU models peak at GRU_PEAK_LR
+            assert noam_lr(cfg.warmup, cfg.d_model, cfg.warmup, cfg.lr_factor) == \
+                pytest.approx(GRU_PEAK_LR, rel=1e-3)
+    with pytest.raises(ValueError, match="unknown model 'lstm'"):
+        preset("smoke", "lstm")
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("huge")
+
+
+@needs_data
+def test_leaderboard_command(tmp_path):
+    cmd = [sys.executable, "-m", "attnbook.leaderboard", "--preset", "smoke", "--out",
+           str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--models", "gru",
+           "gru-dot", "--device", "cpu"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    board = json.loads((tmp_path / "results" / "leaderboard.json").read_text())
+    assert [e["model"] for e in board["entries"]] == ["gru", "gru-dot"]
+    for e in board["entries"]:
+        assert e["parameters"] > 0 and "tok:13a" in e["bleu_signature"]
+        assert sum(r["n"] for r in e["bleu_by_length"]) == PRESETS["smoke"].eval_sentences
+        assert len(e["examples"]) == 5
+    assert board["hardware"]["torch"] == torch.__version__ and board["wall_time_s"] > 0
+    assert (tmp_path / "results" / "bleu_by_length.png").stat().st_size > 1000
+    # a second call reuses the finished runs instead of training again
+    ckpt = tmp_path / "runs" / "gru" / "checkpoint.pt"
+    before = ckpt.stat().st_mtime_ns
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and ckpt.stat().st_mtime_ns == before

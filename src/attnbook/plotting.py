@@ -98,3 +98,33 @@ def plot_accuracy_by_length(results, ax=None, title="Accuracy against input leng
     ax.set_title(title)
     ax.legend()
     return ax
+
+
+MODEL_LABELS = {"gru": "GRU, no attention", "gru-additive": "GRU + additive attention",
+                "gru-dot": "GRU + dot-product attention", "transformer": "Transformer"}
+
+
+def plot_bleu_by_length(entries, ax=None, title="BLEU against source length"):
+    """BLEU of each model on groups of test sentences by source length (chapter 9).
+
+    entries: a list of dicts with "model" (a key of ``MODEL_LABELS`` or any label) and
+    "bleu_by_length" (rows as returned by ``attnbook.evaluate.bleu_by_length``). The x axis marks
+    each group by its range of source words; the number of sentences is in the tick label.
+    Returns the matplotlib Axes.
+    """
+    if ax is None:
+        _, ax = plt.subplots()
+    rows = entries[0]["bleu_by_length"]
+    ticks = [f"{r['min_words']}-{r['max_words']}\n(n={r['n']})" if r["max_words"] < 99 else
+             f"{r['min_words']}+\n(n={r['n']})" for r in rows]
+    markers = "osD^v"
+    for k, e in enumerate(entries):
+        bleus = [r["bleu"] for r in e["bleu_by_length"]]
+        ax.plot(range(len(bleus)), bleus, marker=markers[k % len(markers)],
+                color=OKABE_ITO[k % len(OKABE_ITO)], label=MODEL_LABELS.get(e["model"], e["model"]))
+    ax.set_xticks(range(len(ticks)), ticks)
+    ax.set_xlabel("source sentence length (words)")
+    ax.set_ylabel("BLEU")
+    ax.set_title(title)
+    ax.legend()
+    return ax

@@ -72,6 +72,12 @@ class TrainConfig:
                                  max_len=512, norm_first=self.norm_first)
 
 
+# Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
+# the GRU encoder-decoder of chapter 1 (no attention), of chapter 2 (additive attention) and of
+# chapter 3 (dot-product attention), and the Transformer of chapter 8.
+MODELS = ("gru", "gru-additive", "gru-dot", "transformer")
+
+
 PRESETS = {
     # a few minutes on a laptop CPU: a small model that learns real (if rough) translations
     "cpu-tiny": TrainConfig(preset="cpu-tiny", d_model=128, h=4, d_ff=256, n_layers=2,
@@ -87,6 +93,24 @@ PRESETS = {
                             warmup=2000, lr_factor=1.0, eval_every=1000, beam_size=4,
                             bf16=True, compile=True),
 }
+
+
+# The GRU models train with Adam at a smaller peak learning rate than the Transformer; the rest
+# of a preset (data, batches, steps, warm-up, decoding) is the same for every model.
+GRU_PEAK_LR = 2e-3
+
+
+def preset(name: str, model: str = "transformer") -> TrainConfig:
+    """The configuration of preset ``name`` for ``model`` (one of MODELS)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+    cfg = replace(PRESETS[name], model=model)
+    if model != "transformer":
+        peak_at_factor_1 = noam_lr(cfg.warmup, cfg.d_model, cfg.warmup)
+        cfg = replace(cfg, lr_factor=round(GRU_PEAK_LR / peak_at_factor_1, 4))
+    return cfg
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -127,12 +151,6 @@ def prepare_data(cfg: TrainConfig, data_dir=None) -> Data:
     val = TranslationBatches(vsrc, vtgt, cfg.max_tokens, shuffle=False)
     test_pairs = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)
     return Data(tok, train, val, test_pairs)
-
-
-# Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
-# the GRU encoder-decoder of chapter 1 (no attention), of chapter 2 (additive attention) and of
-# chapter 3 (dot-product attention), and the Transformer of chapter 8.
-MODELS = ("gru", "gru-additive", "gru-dot", "transformer")
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
@@ -293,24 +311,39 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / "test_hypotheses.txt").write_text("\n".join(result["hypotheses"]) + "\n")
     return metrics
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m attnbook.train",
-                                description="Train a Transformer on Multi30k (de->en).")
+                                description="Train a translator on Multi30k (de->en).")
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny")
     p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--model", choices=MODELS, help="the model to train (default: the preset's, "
+                   "a Transformer); the GRU models use the preset's GRU learning rate")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--max-steps", type=int, help="override the preset's number of steps")
+    p.add_argument("--lr-factor", type=float, help="override the preset's learning-rate factor")
     p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
     p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
     args = p.parse_args(argv)
-    cfg = PRESETS[args.preset]
+    if args.max_steps is not None and args.max_steps < 1:
+        p.error(f"--max-steps must be at least 1, got {args.max_steps}")
+    if args.lr_factor is not None and not args.lr_factor > 0:
+        p.error(f"--lr-factor must be positive, got {args.lr_factor}")
+    cfg = preset(args.preset, args.model or "transformer")
     if args.max_steps:
         cfg = replace(cfg, max_steps=args.max_steps)
-    metrics = train(cfg, args.out, resume=args.resume, data_dir=args.data_dir,
-                    device=get_device(args.device))
+    if args.lr_factor:
+        cfg = replace(cfg, lr_factor=args.lr_factor)
+    if args.resume and not (args.out / "checkpoint.pt").is_file():
+        p.error(f"--resume: no checkpoint in {args.out}; train first, or drop --resume")
+    try:
+        device = get_device(args.device)
+    except (RuntimeError, ValueError) as e:
+        p.error(str(e))
+    metrics = train(cfg, args.out, resume=args.resume, data_dir=args.data_dir, device=device)
     print(json.dumps({k: metrics[k] for k in ("preset", "steps", "train_time_s", "tokens_per_s",
                                                "val_loss", "test_bleu", "bleu_signature")}, indent=2))
     return 0

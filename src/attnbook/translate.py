@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .evaluate import translate
+from .evaluate import MAX_SOURCE_TOKENS, translate
 from .tokenizer import Tokenizer
 from .train import TrainConfig, build_model, load_checkpoint
 from .utils import get_device
@@ -18,6 +18,9 @@ def load_run(run: Path, device=None):
     """The model and tokenizer of a run folder written by ``python -m attnbook.train``."""
     run = Path(run)
     device = device or get_device()
+    if not run.is_dir():
+        raise FileNotFoundError(f"{run} is not a run folder; train one with "
+                                "`python -m attnbook.train --preset cpu-tiny --out RUN`")
     ckpt = load_checkpoint(run / "checkpoint.pt", device)
     tok = Tokenizer(run / "tokenizer.model")
     cfg = TrainConfig(**ckpt["config"])
@@ -32,11 +35,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
     p.add_argument("--device", default=None)
     args = p.parse_args(argv)
-    model, tok, cfg = load_run(args.run, get_device(args.device))
+    if args.beam is not None and args.beam < 1:
+        p.error(f"--beam must be at least 1, got {args.beam}")
+    try:
+        model, tok, cfg = load_run(args.run, get_device(args.device))
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     lines = [line.rstrip("\n") for line in sys.stdin]
+    if not lines:
+        print("error: no input; give one sentence per line on standard input", file=sys.stderr)
+        return 2
     empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
     if empty:
         print(f"error: input line(s) {empty[:5]} are empty; give one sentence per line",
+              file=sys.stderr)
+        return 2
+    long = [i + 1 for i, line in enumerate(lines) if len(tok.encode(line)) > MAX_SOURCE_TOKENS]
+    if long:
+        print(f"error: input line(s) {long[:5]} have more than {MAX_SOURCE_TOKENS} tokens; the "
+              "model was trained on single captions: split long text into sentences",
               file=sys.stderr)
         return 2
     beam = args.beam or cfg.beam_size

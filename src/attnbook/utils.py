@@ -35,12 +35,31 @@ def get_device(prefer: str | None = None) -> torch.device:
     """
     choice = prefer or os.environ.get("ATTNBOOK_DEVICE")
     if choice:
+        if choice not in ("cpu", "cuda", "mps") and not choice.startswith("cuda:"):
+            raise ValueError(f"unknown device {choice!r}: use cpu, cuda (or cuda:N) or mps")
+        if choice.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError(f"device {choice!r} requested, but PyTorch sees no CUDA GPU; "
+                               "use cpu, or install the CUDA build of torch (README, GPU notes)")
+        if choice == "mps" and not (getattr(torch.backends, "mps", None) is not None
+                                    and torch.backends.mps.is_available()):
+            raise RuntimeError("device 'mps' requested, but Apple's MPS is not available; use cpu")
         return torch.device(choice)
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _cpu_name() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo; elsewhere what platform knows)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def versions() -> dict:
@@ -55,6 +74,8 @@ def versions() -> dict:
         "matplotlib": matplotlib.__version__,
         "sentencepiece": sentencepiece.__version__,
         "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
         "cpu_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -61,6 +61,17 @@ def test_resuming_after_an_interruption_gives_exactly_the_same_model(tmp_path):
         train(cfg, tmp_path / "c", resume=True, progress=False)
 
 
+@needs_data
+def test_time_budget_stops_training(tmp_path):
+    cfg = replace(PRESETS["smoke"], max_steps=100_000, eval_every=1000, eval_sentences=2,
+                  time_budget_s=1.0)
+    metrics = train(cfg, tmp_path / "run", device=torch.device("cpu"), progress=False)
+    assert 1 <= metrics["steps"] < 100_000 and 1.0 <= metrics["train_time_s"] < 30
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == metrics["steps"]     # the last step is evaluated and checkpointed
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == metrics["steps"]
+
+
 def test_checkpoints_load_with_weights_only(tmp_path):
     path = tmp_path / "evil.pt"
     import argparse

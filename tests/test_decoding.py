@@ -162,3 +162,12 @@ def test_cache_rows_follow_their_hypotheses():
     assert cache["length"] == 3
     assert cache["layers"][0]["self"]["k"].squeeze(1).tolist() == [2., 2., 0., 1.]
     assert cache["prepared"][1].tolist() == [4., 4., 0., 2.]
+
+
+def test_min_len_fixes_the_output_length():
+    model = tiny_model(5)                      # a model that emits EOS at once
+    src, mask = src_batch(5, B=3)
+    for out in (greedy_decode(model, src, mask, max_len=12, min_len=12),
+                beam_search(model, src, mask, beam_size=3, max_len=12, min_len=12)):
+        assert [len(o) for o in out] == [12, 12, 12]
+    assert min(len(o) for o in greedy_decode(model, src, mask, max_len=12)) < 12  # EOS otherwise

@@ -28,12 +28,13 @@ import torch
 from . import BOS_ID, EOS_ID, PAD_ID
 
 
-def _next_log_probs(model, ys, memory, src_mask, cache=None, banned=(PAD_ID, BOS_ID)):
+def _next_log_probs(model, ys, memory, src_mask, cache=None, min_len=0):
     if cache is None:
         logits = model.decode(ys, memory, src_mask)[:, -1].float()  # (N, V): the whole prefix
     else:                                                             # only the newest token
         logits = model.decode(ys[:, -1:], memory, src_mask, cache=cache)[:, -1].float()
-    logits[:, list(banned)] = float("-inf")                     # never generate PAD or BOS
+    banned = [PAD_ID, BOS_ID] + ([EOS_ID] if ys.shape[1] <= min_len else [])
+    logits[:, banned] = float("-inf")                           # never generate PAD or BOS
     return torch.log_softmax(logits, dim=-1)                    # (N, V)
 
 
@@ -64,10 +65,12 @@ def _strip(row: list[int]) -> list[int]:
 
 @torch.no_grad()
 def greedy_decode(model, src: torch.Tensor, src_mask: torch.Tensor,
-                  max_len: int = 100, use_cache: bool = True) -> list[list[int]]:
+                  max_len: int = 100, use_cache: bool = True,
+                  min_len: int = 0) -> list[list[int]]:
     """Most probable token at each step, for a batch. src, src_mask: (B, S). Returns B id lists.
 
     Stops at EOS or after ``max_len`` tokens (then the output is incomplete: no EOS was chosen).
+    EOS is not allowed before ``min_len`` tokens (the benchmarks use it to fix the output length).
     """
     memory = model.encode(src, src_mask)                                  # (B, S, d_model)
     B = src.shape[0]
@@ -75,7 +78,7 @@ def greedy_decode(model, src: torch.Tensor, src_mask: torch.Tensor,
     ys = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        next_tok = _next_log_probs(model, ys, memory, src_mask, cache).argmax(-1)  # (B,)
+        next_tok = _next_log_probs(model, ys, memory, src_mask, cache, min_len).argmax(-1)  # (B,)
         next_tok = next_tok.masked_fill(done, PAD_ID)
         ys = torch.cat([ys, next_tok[:, None]], dim=1)
         done |= next_tok == EOS_ID
@@ -92,7 +95,7 @@ def length_penalty(length: torch.Tensor | int, alpha: float):
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 4,
                 max_len: int = 100, alpha: float = 0.6,
-                return_scores: bool = False, use_cache: bool = True):
+                return_scores: bool = False, use_cache: bool = True, min_len: int = 0):
     """Beam search for a batch. src, src_mask: (B, S). Returns B id lists (and their scores).
 
     Each of the B sentences keeps ``beam_size`` hypotheses, searched together as one batch of
@@ -114,7 +117,7 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int
     finished = torch.zeros(B, k, dtype=torch.bool, device=device)
     lengths = torch.zeros(B, k, device=device)
     for _ in range(max_len):
-        logp = _next_log_probs(model, ys, memory, src_mask_k, cache).view(B, k, -1)  # (B, k, V)
+        logp = _next_log_probs(model, ys, memory, src_mask_k, cache, min_len).view(B, k, -1)
         V = logp.shape[-1]
         # a finished hypothesis can only be continued by PAD, at no cost
         frozen = torch.full_like(logp, float("-inf"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -83,11 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError) as e:
         p.error(str(e))
     start = time.perf_counter()
+    load_before = round(os.getloadavg()[0], 2)   # other programs slow the timings down
     entries = [run_model(preset(args.preset, m), args.out / m, args.data_dir, device)
                for m in args.models]
     board = {"preset": args.preset, "device": str(device), "hardware": versions(),
              "date": time.strftime("%Y-%m-%d", time.gmtime()),
              "wall_time_s": round(time.perf_counter() - start, 1),
+             "load_average": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
              "command": "python -m attnbook.leaderboard " + " ".join(argv or sys.argv[1:]),
              "entries": entries}
     args.results.mkdir(parents=True, exist_ok=True)

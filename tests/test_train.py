@@ -175,3 +175,32 @@ def test_leaderboard_command(tmp_path):
     before = ckpt.stat().st_mtime_ns
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and ckpt.stat().st_mtime_ns == before
+
+
+@needs_data
+def test_two_processes_with_gloo_equal_one_process_with_the_same_global_batch(tmp_path):
+    """`torchrun --nproc_per_node=2` runs the unchanged command; DDP averages the two ranks'
+    gradients, which must equal one process accumulating the same two batches per step."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    common = ["--preset", "smoke", "--max-steps", "4", "--device", "cpu"]
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node", "2", "-m", "attnbook.train", "--out",
+                          str(tmp_path / "ddp"), *common], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    one = subprocess.run([sys.executable, "-m", "attnbook.train", "--out", str(tmp_path / "one"),
+                          "--accum-steps", "2", *common], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    a = load_checkpoint(tmp_path / "ddp" / "checkpoint.pt")
+    b = load_checkpoint(tmp_path / "one" / "checkpoint.pt")
+    assert a["world_size"] == 2 and b["world_size"] == 1 and a["step"] == b["step"] == 4
+    assert a["next_batch"] == b["next_batch"] == 8            # 4 steps x 2 batches each
+    init = build_model(preset("smoke"), a["vocab_size"]).state_dict()
+    for k in a["model"]:
+        torch.testing.assert_close(a["model"][k], b["model"][k], atol=1e-5, rtol=1e-4)
+    moved = max((a["model"][k] - init[k]).abs().max().item() for k in init)
+    assert moved > 1e-3                                        # training did change the weights
+    # only rank 0 wrote: one log line per evaluation, one metrics file
+    assert len((tmp_path / "ddp" / "log.jsonl").read_text().splitlines()) == 1
+    assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["processes"] == 2

@@ -62,6 +62,7 @@ class TrainConfig:
     length_alpha: float = 0.6
     eval_sentences: int = 0       # test sentences to translate for BLEU; 0 = all 1,000
     time_budget_s: float = 0      # stop training after this many seconds (0: run max_steps)
+    accum_steps: int = 1          # batches per process and optimiser step (gradient accumulation)
     bf16: bool = True             # autocast on CUDA only
     compile: bool = False         # torch.compile on CUDA only
     src_lang: str = "de"
@@ -88,7 +89,8 @@ PRESETS = {
                             warmup=200, lr_factor=2.0, eval_every=100, beam_size=4,
                             compile=False),
     # the test suite's smoke run: seconds
-    "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, vocab_size=1000,
+    "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
+                         vocab_size=1000,
                          max_tokens=1024, max_steps=20, warmup=10, eval_every=10, beam_size=2,
                          eval_sentences=16),
     # the full run on one GPU: the paper's base model, sized for Multi30k, five minutes of training
@@ -204,22 +206,40 @@ def load_checkpoint(path: Path, device="cpu") -> dict:
     return torch.load(path, map_location=device, weights_only=True)
 
 
+def distributed() -> tuple[int, int]:
+    """(rank, world size): (0, 1) unless the process group of ``torchrun`` is initialised."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
           device: torch.device | None = None, progress: bool = True,
           stop_after: int | None = None) -> dict:
     """Train (or resume) a run in folder ``out``; returns the metrics also written there.
 
+    One optimiser step uses ``world_size * accum_steps`` consecutive batches of the
+    length-bucketed stream (epoch after epoch, so nothing is dropped at an epoch's end): under
+    ``torchrun`` each rank takes its ``accum_steps`` of them, and DistributedDataParallel
+    averages the gradients, which equals one process accumulating all of them. Only rank 0
+    writes logs and checkpoints and evaluates.
+
     ``stop_after`` interrupts the run after that many steps in this call, as a crash would
     (the tests use it to check that resuming gives exactly the uninterrupted result).
     """
+    import torch.distributed as dist
     from tqdm.auto import tqdm
 
+    rank, world = distributed()
+    main_rank = rank == 0
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = device or get_device()
     deterministic(cfg.seed)
     data = prepare_data(cfg, data_dir)
-    shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
+    if main_rank:
+        shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
     model = build_model(cfg, data.tokenizer.vocab_size).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -228,9 +248,10 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     ckpt_path = out / "checkpoint.pt"
     if resume:
         ckpt = load_checkpoint(ckpt_path, device)
-        if ckpt["config"] != asdict(cfg):
-            raise ValueError(f"{ckpt_path} was trained with another configuration; resume with "
-                             "the same preset and options, or use a new --out folder")
+        if ckpt["config"] != asdict(cfg) or ckpt.get("world_size", 1) != world:
+            raise ValueError(f"{ckpt_path} was trained with another configuration or number of "
+                             "processes; resume with the same preset, options and --nproc_per_node, "
+                             "or use a new --out folder")
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
@@ -240,67 +261,107 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(ckpt["rng_cuda"].cpu())
     fwd = model
+    if world > 1:  # gradients are averaged over the ranks during backward()
+        fwd = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
     if cfg.compile and device.type == "cuda":
-        fwd = torch.compile(model)
+        fwd = torch.compile(fwd)
     use_bf16 = cfg.bf16 and device.type == "cuda"
 
     def checkpoint():
+        if not main_rank:
+            return
         save_checkpoint(ckpt_path, model=model.state_dict(), optimizer=opt.state_dict(),
                         scheduler=sched.state_dict(), step=step, epoch=epoch,
                         next_batch=next_batch, tokens_seen=tokens_seen, elapsed=elapsed,
                         rng_cpu=torch.get_rng_state(),
                         rng_cuda=torch.cuda.get_rng_state() if device.type == "cuda" else None,
-                        config=asdict(cfg), vocab_size=data.tokenizer.vocab_size)
+                        config=asdict(cfg), vocab_size=data.tokenizer.vocab_size,
+                        world_size=world)
+
+    def next_groups(n: int) -> list:
+        """The next n batches (lists of example indices) of the stream, across epochs."""
+        nonlocal epoch, next_batch
+        taken = []
+        while len(taken) < n:
+            groups = data.train.epoch_groups(epoch)
+            k = min(n - len(taken), len(groups) - next_batch)
+            taken += groups[next_batch:next_batch + k]
+            next_batch += k
+            if next_batch == len(groups):
+                epoch, next_batch = epoch + 1, 0
+        return taken
 
     model.train()
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress, unit="step",
-               dynamic_ncols=True, desc=cfg.preset)
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=not (progress and main_rank),
+               unit="step", dynamic_ncols=True, desc=cfg.preset)
     steps_this_call, start = 0, time.perf_counter()
-    log = open(out / "log.jsonl", "a")
+    log = open(out / "log.jsonl", "a") if main_rank else None
 
-    def finished() -> bool:  # all steps done, or the time budget spent
-        spent = elapsed + time.perf_counter() - start
-        return step >= cfg.max_steps or (cfg.time_budget_s > 0 and spent >= cfg.time_budget_s)
+    def finished() -> bool:  # all steps done, or the time budget spent (rank 0's clock decides)
+        if step >= cfg.max_steps:
+            return True
+        if cfg.time_budget_s <= 0:
+            return False
+        over = torch.tensor(float(elapsed + time.perf_counter() - start >= cfg.time_budget_s))
+        if world > 1:
+            dist.broadcast(over, src=0)
+        return bool(over)
 
     while not finished():
-        groups = data.train.epoch_groups(epoch)
-        while next_batch < len(groups) and not finished():
-            b = data.train.batch(groups[next_batch]).to(device)
+        mine = next_groups(world * cfg.accum_steps)[rank * cfg.accum_steps:
+                                                   (rank + 1) * cfg.accum_steps]
+        n_tokens = 0
+        for i, idx in enumerate(mine):
+            b = data.train.batch(idx).to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 logits = forward_logits(fwd, b)
             loss = translation_loss(logits, b.tgt_out, cfg.label_smoothing)
-            loss.backward()
-            if cfg.clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step, next_batch, tokens_seen = step + 1, next_batch + 1, tokens_seen + b.n_tgt_tokens
-            steps_this_call += 1
-            bar.update(1)
-            if step % 10 == 0:  # .item() waits for the GPU: not at every step
-                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}",
-                                tok_s=f"{tokens_seen / (elapsed + time.perf_counter() - start):,.0f}")
-            if step % cfg.eval_every == 0 or finished():
-                elapsed += time.perf_counter() - start
-                val = validation_loss(fwd, data.val, device)
+            if world > 1 and i < len(mine) - 1:
+                with fwd.no_sync():           # all-reduce only after the last micro-batch
+                    (loss / cfg.accum_steps).backward()
+            else:
+                (loss / cfg.accum_steps).backward()
+            n_tokens += b.n_tgt_tokens
+        if cfg.clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if world > 1:
+            n = torch.tensor(n_tokens)
+            dist.all_reduce(n)
+            n_tokens = int(n)
+        step, tokens_seen = step + 1, tokens_seen + n_tokens
+        steps_this_call += 1
+        bar.update(1)
+        if step % 10 == 0:  # .item() waits for the GPU: not at every step
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}",
+                            tok_s=f"{tokens_seen / (elapsed + time.perf_counter() - start):,.0f}")
+        if step % cfg.eval_every == 0 or finished():
+            elapsed += time.perf_counter() - start
+            if main_rank:
+                val = validation_loss(model, data.val, device)
                 log.write(json.dumps({"step": step, "epoch": epoch, "train_loss": loss.item(),
                                       "val_loss": val, "elapsed_s": elapsed}) + "\n")
                 log.flush()
                 bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
                 checkpoint()
-                start = time.perf_counter()
-            if stop_after is not None and steps_this_call >= stop_after:
-                elapsed += time.perf_counter() - start
-                checkpoint()
-                bar.close()
+            if world > 1:
+                dist.barrier()
+            start = time.perf_counter()
+        if stop_after is not None and steps_this_call >= stop_after:
+            elapsed += time.perf_counter() - start
+            checkpoint()
+            bar.close()
+            if log:
                 log.close()
-                return {"interrupted_at_step": step}
-        if next_batch >= len(groups):
-            epoch, next_batch = epoch + 1, 0
+            return {"interrupted_at_step": step}
     bar.close()
-    log.close()
     elapsed += time.perf_counter() - start
+    if not main_rank:
+        return {"rank": rank, "steps": step}
+    log.close()
 
     from .evaluate import bleu_score
     model.eval()
@@ -316,7 +377,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         "test_bleu": result["bleu"], "bleu_signature": result["signature"],
         "test_set": f"test_2016_flickr ({len(test_pairs)} of {len(data.test_pairs)} sentences)",
         "decoding": f"beam {cfg.beam_size}, alpha {cfg.length_alpha}",
-        "device": str(device), "hardware": versions(),
+        "device": str(device), "processes": world, "hardware": versions(),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -334,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--max-steps", type=int, help="override the preset's number of steps")
     p.add_argument("--lr-factor", type=float, help="override the preset's learning-rate factor")
+    p.add_argument("--accum-steps", type=int, help="batches per process and step (default 1)")
     p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
     p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
     args = p.parse_args(argv)
@@ -346,13 +408,30 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, max_steps=args.max_steps)
     if args.lr_factor:
         cfg = replace(cfg, lr_factor=args.lr_factor)
+    if args.accum_steps is not None:
+        if args.accum_steps < 1:
+            p.error(f"--accum-steps must be at least 1, got {args.accum_steps}")
+        cfg = replace(cfg, accum_steps=args.accum_steps)
     if args.resume and not (args.out / "checkpoint.pt").is_file():
         p.error(f"--resume: no checkpoint in {args.out}; train first, or drop --resume")
     try:
         device = get_device(args.device)
     except (RuntimeError, ValueError) as e:
         p.error(str(e))
-    metrics = train(cfg, args.out, resume=args.resume, data_dir=args.data_dir, device=device)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # started by torchrun: one process per GPU (or per CPU share, with gloo)
+        import torch.distributed as dist
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        metrics = train(cfg, args.out, resume=args.resume, data_dir=args.data_dir, device=device)
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+    if "test_bleu" not in metrics:  # ranks other than 0 report nothing
+        return 0
     print(json.dumps({k: metrics[k] for k in ("preset", "steps", "train_time_s", "tokens_per_s",
                                                "val_loss", "test_bleu", "bleu_signature")}, indent=2))
     return 0

@@ -17,7 +17,7 @@ export PYTHONHASHSEED := 0
 export CUBLAS_WORKSPACE_CONFIG := :4096:8
 export MPLBACKEND := module://matplotlib_inline.backend_inline
 
-.PHONY: book test lab notebooks student clean install
+.PHONY: book test lab notebooks student clean install mathjax
 
 install: $(STAMP)
 
@@ -29,10 +29,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attnbook)" > /dev/null
 	touch $(STAMP)
 
-book: $(STAMP)
+book: $(STAMP) mathjax
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: $(STAMP)
+# MathJax is served with the book so that math renders offline: a copy from npm in
+# _build/vendor (quick when it is there; without npm, a loader that uses a CDN, with a note).
+mathjax: $(STAMP)
+	$(PY) tools/fetch_mathjax.py
+
+test: $(STAMP) mathjax
 	$(PY) -m pytest tests notebooks --nbval --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
 	    -p no:cacheprovider -q -ra

@@ -1,0 +1,445 @@
+"""The online book, read in a real browser.
+
+Builds the HTML book (as `make book` does, into a temporary folder), serves it on 127.0.0.1 and
+opens every page of the table of contents (_toc.yml, so new pages are covered automatically) in
+Debian's Chromium, driven by Playwright. Each page must load with no failed request, no request to
+any other host (the book must work offline: MathJax and its fonts are served with it), no console
+error, every image loaded and described by its alt text, all math rendered by MathJax, solutions
+as closed dropdowns that open on a click, and, on notebook pages, the Colab and Binder launch
+buttons and the .ipynb download. At 375 px (a phone) no page may scroll sideways.
+
+Screenshots of a few pages go to _build/screenshots/.
+
+Needs /usr/bin/chromium (`sudo apt-get install chromium`; Playwright's own browser download is
+not used) and npm for the local MathJax (tools/fetch_mathjax.py). Without them the test is
+skipped, except in CI (CI=true), where it fails.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urljoin, urlparse
+
+import nbformat
+import pytest
+import yaml
+
+from attnbook import homework
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
+except ImportError:  # the test is skipped (or fails, in CI) with a message
+    sync_playwright, PlaywrightTimeout = None, Exception
+
+ROOT = Path(__file__).resolve().parents[1]
+CI = os.environ.get("CI", "").lower() == "true"
+CHROMIUM = os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update"]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+LOCAL_HOSTS = {"127.0.0.1"}
+MOBILE_WIDTH = 375
+# sphinx-book-theme and sphinx-thebe both declare `const THEBE_JS_URL` on every page; the second
+# declaration is a harmless SyntaxError in the console. Exactly that message is tolerated.
+KNOWN_CONSOLE_ERRORS = {"Identifier 'THEBE_JS_URL' has already been declared"}
+SUFFIXES = (".md", ".ipynb", ".rst")
+
+
+def toc_pages(toc_path: Path = ROOT / "_toc.yml") -> list[tuple[str, Path]]:
+    """(docname, source file) of every page in the table of contents, in reading order."""
+    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
+    names: list[str] = []
+
+    def add(entry: dict) -> None:
+        if "file" in entry:
+            names.append(str(entry["file"]))
+        elif "glob" in entry:
+            names.extend(sorted({p.relative_to(ROOT).with_suffix("").as_posix()
+                                 for s in SUFFIXES for p in ROOT.glob(entry["glob"] + s)}))
+        for key in ("sections", "chapters", "parts"):
+            for sub in entry.get(key) or []:
+                add(sub)
+
+    names.append(str(toc["root"]))
+    for key in ("parts", "chapters", "sections"):
+        for entry in toc.get(key) or []:
+            add(entry)
+    pages = []
+    for name in names:
+        stem = name[: -len(Path(name).suffix)] if name.endswith(SUFFIXES) else name
+        source = next((ROOT / (stem + s) for s in SUFFIXES if (ROOT / (stem + s)).is_file()), None)
+        assert source is not None, f"_toc.yml names {name}, which does not exist"
+        pages.append((stem, source))
+    return pages
+
+
+PAGES = toc_pages()
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+
+
+def unavailable(reason: str):
+    """Skip on a reader's machine, fail in CI: CI must run the browser test."""
+    if CI:
+        pytest.fail(f"{reason} (CI=true: the browser test must run in CI)", pytrace=False)
+    pytest.skip(reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures: the built book, a local web server, the browser
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        unavailable(f"no Chromium at {CHROMIUM}: to run the browser test, install Debian's "
+                    "Chromium with `sudo apt-get install chromium` (or set ATTNBOOK_CHROMIUM to "
+                    "a Chromium binary); never `playwright install`")
+    if sync_playwright is None:
+        unavailable("Playwright for Python is not installed: `pip install -r requirements.txt`")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def html_dir(browser, tmp_path_factory) -> Path:
+    """Build the book as `make book` does (warnings are errors), into a temporary folder."""
+    fetch = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_mathjax.py")]
+                           + (["--require-local"] if CI else []),
+                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert fetch.returncode == 0, fetch.stderr
+    marker = ROOT / "_build" / "vendor" / "_static" / "mathjax" / "VERSION"
+    if not marker.read_text().strip().endswith("npm"):
+        unavailable("MathJax is loaded from a CDN because npm is missing, and the browser test "
+                    "checks that the book works offline: install npm (`sudo apt-get install "
+                    "npm`) and run `make book`")
+    jb = Path(sys.executable).parent / "jupyter-book"
+    jb = str(jb) if jb.exists() else shutil.which("jupyter-book")
+    out = tmp_path_factory.mktemp("book")
+    build = subprocess.run([jb, "build", str(ROOT), "--path-output", str(out),
+                            "-W", "-n", "--keep-going"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert build.returncode == 0, (f"jupyter-book build failed (as `make book` would):\n"
+                                   f"{build.stderr[-5000:]}\n... {build.stdout[-1500:]}")
+    return out / "_build" / "html"
+
+
+@pytest.fixture(scope="session")
+def site(html_dir):
+    """The base URL of the built book, served by a local web server on 127.0.0.1."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(html_dir))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+# ---------------------------------------------------------------------------------------------
+# Opening a page and recording everything that goes wrong
+
+class Visit:
+    """A page opened in a fresh browser context; ``problems`` lists what went wrong."""
+
+    def __init__(self, browser, url: str):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                           service_workers="block")
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.external: list[str] = []
+        self.context.route("**/*", self._route)
+        self.page.on("requestfailed", self._failed)
+        self.page.on("response", self._response)
+        self.page.on("console", self._console)
+        self.page.on("pageerror", self._pageerror)
+        self.page.goto(url, wait_until="load")
+        # MathJax typesets after the page has loaded, loading TeX extensions and fonts as it
+        # needs them; wait until it is done and the fonts are in.
+        self.page.evaluate("""async () => {
+            if (window.MathJax && MathJax.startup && MathJax.startup.promise)
+                await MathJax.startup.promise;
+            await document.fonts.ready;
+        }""")
+
+    def _route(self, route):
+        url = route.request.url
+        parsed = urlparse(url)
+        if parsed.scheme in ("http", "https") and parsed.hostname not in LOCAL_HOSTS:
+            self.external.append(url)
+            self.problems.append(f"request to another host (the book must work offline): {url}")
+            route.abort()
+        else:
+            route.continue_()
+
+    def _failed(self, request):
+        if request.url not in self.external:
+            self.problems.append(f"request failed: {request.url} ({request.failure})")
+
+    def _response(self, response):
+        if response.status >= 400:
+            self.problems.append(f"HTTP {response.status}: {response.url}")
+
+    def _console(self, msg):
+        if msg.type == "error" and msg.text not in KNOWN_CONSOLE_ERRORS \
+                and not any(f"SyntaxError: {k}" in msg.text for k in KNOWN_CONSOLE_ERRORS):
+            self.problems.append(f"console error: {msg.text} ({msg.location.get('url')})")
+
+    def _pageerror(self, error):
+        if error.message not in KNOWN_CONSOLE_ERRORS:
+            self.problems.append(f"uncaught exception: {error.name}: {error.message}")
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def visit(browser):
+    opened = []
+
+    def open_page(url) -> Visit:
+        opened.append(Visit(browser, url))
+        return opened[-1]
+
+    yield open_page
+    for v in opened:
+        v.close()
+
+
+PAGE_STATE = """() => {
+    const article = document.querySelector("article.bd-article");
+    const visible = e => e.checkVisibility({visibilityProperty: true});
+    const images = Array.from(document.images).map(img => ({
+        src: img.getAttribute("src"), alt: img.getAttribute("alt"),
+        loaded: img.complete && img.naturalWidth > 0, content: article.contains(img)}));
+    const maths = Array.from(article.querySelectorAll(".math"));
+    const text = article.cloneNode(true);
+    text.querySelectorAll("pre, code, script, mjx-container").forEach(e => e.remove());
+    const solutions = Array.from(article.querySelectorAll(".solution")).map(s => ({
+        id: s.id, dropdown: s.classList.contains("dropdown"),
+        bodyVisible: Array.from(s.children).some(
+            c => !c.classList.contains("admonition-title") && visible(c))}));
+    return {
+        images,
+        mathElements: maths.length,
+        mjx: article.querySelectorAll("mjx-container").length,
+        unrendered: maths.filter(m => !m.querySelector("mjx-container"))
+                         .map(m => m.textContent.slice(0, 80)),
+        mathErrors: Array.from(article.querySelectorAll("mjx-merror"))
+                         .map(e => e.getAttribute("data-mjx-error") || e.textContent),
+        rawDisplayMath: text.textContent.includes("$$"),
+        solutions,
+    };
+}"""
+
+# No CSS transition or animation is running (after a resize).
+SETTLED = "() => document.getAnimations().every(a => a.playState !== 'running')"
+
+# What sticks out past the right edge of a phone screen, outside any element that scrolls.
+TOO_WIDE = """limit => {
+    const inScroller = e => {
+        for (let p = e.parentElement; p; p = p.parentElement) {
+            const o = getComputedStyle(p).overflowX;
+            if (o === "auto" || o === "scroll" || o === "hidden" || o === "clip") return true;
+        }
+        return false;
+    };
+    return Array.from(document.querySelectorAll("body *"))
+        .filter(e => { const r = e.getBoundingClientRect();
+                       return r.right > limit && r.left < limit && r.width > 0; })
+        .filter(e => getComputedStyle(e).position !== "fixed" && !inScroller(e))
+        .slice(-6)
+        .map(e => `<${e.tagName.toLowerCase()} class="${e.className}"> to `
+                  + `${Math.round(e.getBoundingClientRect().right)} px: `
+                  + (e.textContent || "").trim().slice(0, 60));
+}"""
+
+
+# Elements as wide as the text column whose content is wider and is clipped, not scrollable:
+# e.g. a long inline formula, which the theme's `span.math {overflow: hidden}` would cut off.
+CUT_OFF = """() => {
+    const article = document.querySelector("article.bd-article");
+    const column = article.clientWidth;
+    return Array.from(article.querySelectorAll("*"))
+        .filter(e => { const cs = getComputedStyle(e);
+                       // (visually hidden text for screen readers, e.g. MathJax's MathML, is fine)
+                       return ["hidden", "clip"].includes(cs.overflowX)
+                           && cs.clip === "auto" && cs.clipPath === "none"
+                           && e.clientWidth >= column - 40 && e.scrollWidth > e.clientWidth + 4
+                           && e.checkVisibility({visibilityProperty: true}); })
+        .slice(0, 6)
+        .map(e => `<${e.tagName.toLowerCase()} class="${e.className}"> shows ${e.clientWidth} `
+                  + `of ${e.scrollWidth} px: ` + (e.textContent || "").trim().slice(0, 60));
+}"""
+
+
+def page_url(site: str, docname: str) -> str:
+    return urljoin(site, docname + ".html")
+
+
+def shot_name(docname: str, suffix: str = "") -> str:
+    return docname.replace("/", "__") + suffix + ".png"
+
+
+def notebook_links(docname: str) -> dict[str, str]:
+    """The launch links the book must show for a notebook page, from _config.yml."""
+    repo = CONFIG["repository"]
+    url = repo["url"].rstrip("/").removesuffix(".git")
+    owner_repo = urlparse(url).path.strip("/")
+    branch = repo.get("branch", "main")
+    path = (Path(repo.get("path_to_book") or "") / (docname + ".ipynb")).as_posix()
+    launch = CONFIG["launch_buttons"]
+    return {
+        "Colab": f"{launch['colab_url'].rstrip('/')}/github/{owner_repo}/blob/{branch}/{path}",
+        "Binder": f"{launch['binderhub_url'].rstrip('/')}/v2/gh/{owner_repo}/{branch}"
+                  f"?urlpath=lab/tree/{path}",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests
+
+SCREENSHOT_DESKTOP = {"book/intro", "notebooks/02_additive_attention"}
+SCREENSHOT_PHONE = {"book/intro", "notebooks/04_scaled_dot_product"}
+
+
+def test_toc_lists_the_chapters():
+    names = [name for name, _ in PAGES]
+    assert len(names) == len(set(names)), "a page is listed twice in _toc.yml"
+    assert sum(src.suffix == ".ipynb" for _, src in PAGES) >= 9
+
+
+@pytest.mark.parametrize("docname,source", PAGES, ids=[name for name, _ in PAGES])
+def test_page_in_the_browser(docname, source, site, visit, screenshots):
+    v = visit(page_url(site, docname))
+    page = v.page
+    state = page.evaluate(PAGE_STATE)
+    problems: list[str] = []
+
+    for img in state["images"]:
+        if not img["loaded"]:
+            problems.append(f"image did not load: {img['src']}")
+        alt = (img["alt"] or "").strip()
+        if img["content"] and (not alt or alt == img["src"] or
+                               re.fullmatch(r"\S+\.(png|jpe?g|svg|gif|webp)", alt)):
+            problems.append(f"image without alt text: {img['src']} (alt={img['alt']!r}); "
+                            "describe the figure, e.g. in the cell's mystnb.image.alt metadata")
+
+    if state["mathElements"] and state["mjx"] == 0:
+        problems.append("the page has math but MathJax rendered none of it")
+    if state["unrendered"]:
+        problems.append(f"{len(state['unrendered'])} math elements not rendered by MathJax, "
+                        f"e.g. {state['unrendered'][:3]}")
+    problems += [f"MathJax error: {e!r}" for e in state["mathErrors"]]
+    if state["rawDisplayMath"]:
+        problems.append("raw `$$` in the page's text: display math that was not parsed")
+
+    # Solutions (sphinx-exercise, `:class: dropdown`): all there and closed.
+    if source.suffix == ".ipynb":
+        expected = len(homework.find_exercises(nbformat.read(source, as_version=4)))
+        if len(state["solutions"]) != expected:
+            problems.append(f"the page shows {len(state['solutions'])} solutions, "
+                            f"the notebook has {expected}")
+    for s in state["solutions"]:
+        if not s["dropdown"]:
+            problems.append(f"solution {s['id']} is not a dropdown (add `:class: dropdown`)")
+        elif s["bodyVisible"]:
+            problems.append(f"solution {s['id']} is open when the page loads")
+
+    if docname in SCREENSHOT_DESKTOP:
+        page.screenshot(path=str(screenshots / shot_name(docname)))
+
+    # A phone: nothing may make the page scroll sideways (wide equations and code scroll
+    # inside their own boxes).
+    page.set_viewport_size({"width": MOBILE_WIDTH, "height": 800})
+    page.wait_for_function(SETTLED)  # the theme slides its sidebars away
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    if width > MOBILE_WIDTH + 2:
+        problems.append(f"at {MOBILE_WIDTH} px the page scrolls sideways (scrollWidth {width}); "
+                        "too wide: " + "; ".join(page.evaluate(TOO_WIDE, MOBILE_WIDTH + 2)))
+    cut = page.evaluate(CUT_OFF)
+    if cut:
+        problems.append(f"at {MOBILE_WIDTH} px content is cut off at the column's edge (neither "
+                        "shown nor scrollable): " + "; ".join(cut))
+    if docname in SCREENSHOT_PHONE:
+        page.screenshot(path=str(screenshots / shot_name(docname, f"-{MOBILE_WIDTH}px")))
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.wait_for_function(SETTLED)
+
+    # Interaction: a solution opens on a click; the notebook's buttons and set-up cell.
+    if state["solutions"] and not problems:
+        first = page.locator(".solution.dropdown").first
+        body = first.locator(":scope > :not(.admonition-title)").first
+        # The toggle button, not the middle of the title: that is a link to the exercise.
+        first.locator(".admonition-title button.toggle-button").click()
+        try:
+            body.wait_for(state="visible", timeout=5000)
+        except PlaywrightTimeout:
+            problems.append("clicking a solution's toggle button does not open it")
+        else:
+            if docname in SCREENSHOT_DESKTOP:
+                page.wait_for_timeout(400)  # the opening transition
+                first.screenshot(path=str(screenshots / shot_name(docname, "-solution")))
+    if source.suffix == ".ipynb":
+        problems += notebook_page_problems(page, docname, source)
+
+    problems = v.problems + problems  # failed requests and console errors, up to now
+    assert not problems, f"{docname}:\n  " + "\n  ".join(problems)
+
+
+def notebook_page_problems(page, docname: str, source: Path) -> list[str]:
+    problems = []
+    for name, href in notebook_links(docname).items():
+        if page.locator(f'.dropdown-launch-buttons a[href="{href}"]').count() != 1:
+            found = page.eval_on_selector_all(".dropdown-launch-buttons a",
+                                              "links => links.map(a => a.href)")
+            problems.append(f"no {name} launch button to {href} (launch links: {found})")
+    if not problems:
+        page.locator(".dropdown-launch-buttons button").click()
+        for name, href in notebook_links(docname).items():
+            if not page.locator(f'.dropdown-launch-buttons a[href="{href}"]').is_visible():
+                problems.append(f"the {name} button is not visible after opening the launch menu")
+        page.keyboard.press("Escape")
+
+    download = page.locator(".dropdown-download-buttons a.btn-download-source-button")
+    if download.count() != 1:
+        problems.append("no download button for the .ipynb")
+    else:
+        href = urljoin(page.url, download.get_attribute("href"))
+        if not href.endswith(f"_sources/{docname}.ipynb"):
+            problems.append(f"the download button links to {href}, not the notebook")
+        else:
+            response = page.request.get(href)
+            if response.status != 200 or response.body() != source.read_bytes():
+                problems.append(f"the downloaded notebook ({href}, HTTP {response.status}) is "
+                                f"not {source.relative_to(ROOT)}")
+
+    # The set-up cell (tools/add_setup_cell.py) is there, collapsed, and opens on a click.
+    setup = page.locator(".cell.tag_attnbook-setup")
+    if setup.count() != 1:
+        problems.append("no set-up cell (run tools/add_setup_cell.py on the notebook)")
+    elif setup.locator("pre").first.is_visible():
+        problems.append("the set-up cell's code is shown open; it should be collapsed (hide-input)")
+    else:
+        setup.locator("summary").first.click()
+        try:
+            setup.locator("pre").first.wait_for(state="visible", timeout=5000)
+        except PlaywrightTimeout:
+            problems.append("clicking the set-up cell's toggle does not show its code")
+    return problems

@@ -1,0 +1,114 @@
+"""Every chapter notebook starts with the set-up cell of tools/add_setup_cell.py.
+
+The cell lets a notebook opened alone (Colab, a download) install the book's package and data.
+In the repository it must do nothing and print nothing: nbval compares its (empty) output.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attnbook import homework
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+_spec = importlib.util.spec_from_file_location("add_setup_cell", ROOT / "tools" / "add_setup_cell.py")
+add_setup_cell = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(add_setup_cell)
+SOURCE = add_setup_cell.setup_source()
+
+# Runs before the cell in a fresh interpreter: every way of starting a program is replaced by a
+# recorder, and the commands are written as JSON to the file named by $CALLS at exit.
+RECORDER = textwrap.dedent("""\
+    import atexit, json, os, subprocess
+    _calls = []
+    def _record(*args, **kwargs):
+        cmd = args[0] if args else kwargs.get("args")
+        _calls.append([str(a) for a in cmd] if isinstance(cmd, (list, tuple)) else [str(cmd)])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    class _Popen:
+        def __init__(self, *args, **kwargs):
+            _record(*args, **kwargs)
+            raise RuntimeError("the set-up cell must not start programs with Popen")
+    subprocess.run = subprocess.call = subprocess.check_call = subprocess.check_output = _record
+    subprocess.Popen = _Popen
+    os.system = _record
+    for _name in ("execv", "execve", "execvp", "spawnv", "spawnvp", "posix_spawn"):
+        if hasattr(os, _name):
+            setattr(os, _name, _record)
+    atexit.register(lambda: open(os.environ["CALLS"], "w").write(json.dumps(_calls)))
+    """)
+
+
+def run_cell(tmp_path, cwd, python_flags=()):
+    """Run the set-up cell after RECORDER; return (stdout, stderr, commands it tried to run)."""
+    script = tmp_path / "cell.py"
+    script.write_text(RECORDER + "\n" + SOURCE + "\n")
+    calls = tmp_path / "calls.json"
+    env = {**os.environ, "CALLS": str(calls)}
+    proc = subprocess.run([sys.executable, *python_flags, str(script)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, proc.stderr, json.loads(calls.read_text())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_starts_with_the_current_setup_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    fix = f"run: python tools/add_setup_cell.py {path.relative_to(ROOT)}"
+    assert code and add_setup_cell.is_setup_cell(code[0]), f"no set-up cell first; {fix}"
+    assert code[0].source == SOURCE, f"the set-up cell is out of date; {fix}"
+    assert code[0].outputs == [] and "hide-input" in code[0].metadata["tags"]
+    assert sum(map(add_setup_cell.is_setup_cell, code)) == 1
+    assert not add_setup_cell.update(path, SOURCE, write=False), f"{fix}"
+
+
+def test_setup_cell_installs_from_the_repository_in_config():
+    url, branch = add_setup_cell.repository()
+    assert url.startswith("https://github.com/") and url in SOURCE
+    assert f'"attnbook @ git+{{BOOK_REPOSITORY}}@{branch}"' in SOURCE
+    compile(SOURCE, "setup-cell", "exec")
+
+
+def test_setup_cell_does_nothing_where_attnbook_is_installed(tmp_path):
+    assert importlib.util.find_spec("attnbook") is not None
+    out, err, calls = run_cell(tmp_path, cwd=ROOT / "notebooks")
+    assert (out, err, calls) == ("", "", [])
+
+
+def test_setup_cell_installs_package_and_data_where_attnbook_is_missing(tmp_path):
+    """The recorder does see what the cell runs: without site-packages (-S) attnbook is missing."""
+    out, err, calls = run_cell(tmp_path, cwd=tmp_path, python_flags=("-S", "-I"))
+    url, branch = add_setup_cell.repository()
+    assert calls == [[sys.executable, "-m", "pip", "install", "--quiet",
+                      f"attnbook @ git+{url}@{branch}"],
+                     [sys.executable, "-m", "attnbook.data", "download"]]
+
+
+def test_tool_is_idempotent_and_moves_the_cell_first(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"),
+                                         nbformat.v4.new_code_cell("x = 1", outputs=[]),
+                                         nbformat.v4.new_code_cell("old", metadata={"tags": [add_setup_cell.TAG]})])
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    assert add_setup_cell.update(path, SOURCE)
+    first = path.read_text()
+    assert not add_setup_cell.update(path, SOURCE)
+    assert path.read_text() == first
+    cells = nbformat.read(path, as_version=4).cells
+    assert [c.source for c in cells] == ["# Title", SOURCE, "x = 1"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_student_edition_keeps_the_setup_cell(path):
+    student = homework.student_notebook(nbformat.read(path, as_version=4))
+    first = next(c for c in student.cells if c.cell_type == "code")
+    assert first.source == SOURCE and add_setup_cell.is_setup_cell(first)

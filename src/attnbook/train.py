@@ -78,6 +78,9 @@ class TrainConfig:
 # the GRU encoder-decoder of chapter 1 (no attention), of chapter 2 (additive attention) and of
 # chapter 3 (dot-product attention), and the Transformer of chapter 8.
 MODELS = ("gru", "gru-additive", "gru-dot", "transformer")
+# Chapter 10's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
+# trains with the same harness and the Transformer's schedule (it is not on chapter 9's board).
+ALL_MODELS = MODELS + ("decoder-only",)
 
 
 PRESETS = {
@@ -110,10 +113,10 @@ def preset(name: str, model: str = "transformer") -> TrainConfig:
     """The configuration of preset ``name`` for ``model`` (one of MODELS)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+    if model not in ALL_MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
     cfg = replace(PRESETS[name], model=model)
-    if model != "transformer":
+    if model not in ("transformer", "decoder-only"):
         peak_at_factor_1 = noam_lr(cfg.warmup, cfg.d_model, cfg.warmup)
         cfg = replace(cfg, lr_factor=round(GRU_PEAK_LR / peak_at_factor_1, 4))
     return cfg
@@ -163,11 +166,15 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     """The model named by ``cfg.model``; the GRU models use d_model as embedding and state size."""
     if cfg.model == "transformer":
         return Transformer(cfg.transformer_config(vocab_size))
+    if cfg.model == "decoder-only":  # as many blocks as the encoder and decoder together
+        from .lm import DecoderOnlyTranslator
+        return DecoderOnlyTranslator(replace(cfg.transformer_config(vocab_size),
+                                             n_layers=2 * cfg.n_layers))
     if cfg.model == "gru":
         return Seq2Seq(vocab_size, cfg.d_model, attention=False)
     if cfg.model in ("gru-additive", "gru-dot"):
         return Seq2Seq(vocab_size, cfg.d_model, attention=True, score=cfg.model[4:])
-    raise ValueError(f"unknown model {cfg.model!r}; choose one of {', '.join(MODELS)}")
+    raise ValueError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
 
 
 def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
@@ -345,7 +352,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
                 log.write(json.dumps({"step": step, "epoch": epoch, "train_loss": loss.item(),
                                       "val_loss": val, "elapsed_s": elapsed}) + "\n")
                 log.flush()
-                bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
+                if progress:
+                    bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
                 checkpoint()
             if world > 1:
                 dist.barrier()
@@ -390,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Train a translator on Multi30k (de->en).")
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny")
     p.add_argument("--out", type=Path, required=True, help="run folder")
-    p.add_argument("--model", choices=MODELS, help="the model to train (default: the preset's, "
+    p.add_argument("--model", choices=ALL_MODELS, help="the model to train (default: the preset's, "
                    "a Transformer); the GRU models use the preset's GRU learning rate")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--max-steps", type=int, help="override the preset's number of steps")

@@ -5,6 +5,7 @@
 #   make lab        install JupyterLab into .venv and open the notebooks
 #   make student    write the student edition (solutions stubbed out) into student/
 #   make notebooks  re-execute every notebook in place (after you change one)
+#   make bench      run the benchmark suite (CPU, and the GPU if there is one) into results/bench/
 #   make clean      remove the built book
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ export PYTHONHASHSEED := 0
 export CUBLAS_WORKSPACE_CONFIG := :4096:8
 export MPLBACKEND := module://matplotlib_inline.backend_inline
 
-.PHONY: book test lab notebooks student clean install mathjax
+.PHONY: book test lab notebooks student clean install bench mathjax
 
 install: $(STAMP)
 
@@ -48,6 +49,11 @@ lab: $(STAMP)
 
 notebooks: $(STAMP)
 	$(PY) tools/execute_notebooks.py notebooks/*.ipynb
+
+# Several minutes on a laptop CPU; writes results/bench/cpu/ (and cuda/) JSON and PNG files,
+# which the appendix "Performance" reads. BENCH_ARGS="--threads 1" on a busy machine.
+bench: $(STAMP)
+	$(PY) -m attnbook.bench $(BENCH_ARGS)
 
 student: $(STAMP)
 	$(PY) -m attnbook.homework student notebooks student

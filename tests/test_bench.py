@@ -55,3 +55,170 @@ def test_time_call_and_attention_cost():
     assert all(r["seconds"] > 0 and r["peak_bytes"] > 0 for r in rows)
     assert rows[1]["score_bytes"] == 2 * 64 * 64 * 4 == 4 * rows[0]["score_bytes"]
     assert math.isfinite(rows[0]["seconds"])
+
+
+# --- the benchmark suite (python -m attnbook.bench, make bench; appendix "Performance") ---------
+
+import json
+import subprocess
+import sys
+
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnbook import benchmarks
+from attnbook.train import translation_loss
+from attnbook.transformer import TransformerConfig
+
+TINY = dict(vocab_size=10, d_model=4, h=2, d_ff=8, n_layers=1, dropout=0.0)
+
+
+def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "attnbook.bench", "--quick", "--device", "cpu",
+                          "--threads", "1", "--out", str(tmp_path), "--note", "test"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = benchmarks.load_results(tmp_path)
+    assert set(results) == {"cpu"} and set(results["cpu"]) == set(benchmarks.SECTIONS)
+    for section, res in results["cpu"].items():
+        assert (tmp_path / "cpu" / f"{section}.png").stat().st_size > 10_000
+        assert res["benchmark"] == section and res["quick"] is True and res["note"] == "test"
+        assert res["device"] == {"kind": "cpu", "name": res["environment"]["cpu"], "threads": 1}
+        env = res["environment"]
+        for key in ("python", "torch", "cpu", "cpu_count", "load_average", "date", "gpu"):
+            assert key in env
+        assert env["torch"] == torch.__version__ and len(env["load_average"]) == 3
+        assert 0 < res["wall_time_s"] < 300 and res["settings"]
+    att = results["cpu"]["attention"]
+    names = {r["name"] for r in att["results"]}
+    assert {"book kernel", "F.scaled_dot_product_attention", "book MultiHeadAttention",
+            "nn.MultiheadAttention"} <= names
+    assert all(r["seconds"] > 0 and r["peak_bytes"] > 0 for r in att["results"])
+    assert {s["mode"] for s in att["summary"]} == {"forward", "forward+backward"}
+    train = results["cpu"]["training"]
+    (cfg,) = train["configs"]
+    assert cfg["same_loss_check"]["abs_diff"] < 1e-4
+    eager = [r for r in cfg["results"] if r["variant"] == "fp32, eager"]
+    assert {r["model"] for r in eager} == {"book", "torch"}
+    assert all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in eager)   # CPU: no known peak
+    assert all("error" in r for r in cfg["results"] if r["compiled"])      # skipped in --quick
+    assert cfg["speedup"][0]["book_speedup"] > 0
+    assert train["throughput_config"]["status"] == "not measured"
+    dec = results["cpu"]["decoding"]
+    out_len = dec["settings"]["out_len"]
+    assert all(r["output_lengths"] == [out_len] for r in dec["results"])   # exactly out_len tokens
+    assert all(s["same_output"] for s in dec["speedup"])           # the cache changes nothing
+    rec = results["cpu"]["recurrence"]
+    assert {r["length"] for r in rec["results"]} == set(rec["settings"]["lengths"])
+    assert {g["status"] for g in benchmarks.goals(results)} <= {"met", "missed", "unmeasured"}
+
+
+def test_out_folder_named_after_the_device_is_used_as_is(tmp_path):
+    threads = torch.get_num_threads()
+    assert benchmarks.main(["--quick", "--only", "decoding", "--device", "cpu", "--threads", "1",
+                            "--no-plots", "--out", str(tmp_path / "cpu")]) == 0
+    assert torch.get_num_threads() == threads
+    assert json.loads((tmp_path / "cpu" / "decoding.json").read_text())["benchmark"] == "decoding"
+    assert not (tmp_path / "cpu" / "cpu").exists()
+
+
+def test_flop_count_by_hand_for_a_tiny_config():
+    cfg = TransformerConfig(**TINY)                     # V 10, d 4, d_ff 8, one layer each side
+    # per source token: encoder W_q W_k W_v W_o 4 (2*4*4) + feed-forward 2*4*8 + 2*8*4, and
+    # the decoder's cross-attention keys and values of the memory 2 (2*4*4)
+    per_src = 4 * 32 + (64 + 64) + 2 * 32                                   # 320
+    # per target token: self-attention 4 (2*4*4), cross-attention queries and output 2 (2*4*4),
+    # feed-forward 128, output layer 2*4*10
+    per_tgt = 4 * 32 + 2 * 32 + 128 + 80                                    # 400
+    # attention, B = 1, S = 2, T = 3: q k^T and weights @ v, each 2 * (rows * cols * d)
+    attention = 2 * (2 * 2 * 2 * 4) + 2 * (2 * 3 * 3 * 4) + 2 * (2 * 3 * 2 * 4)   # 64 + 144 + 96
+    flops = benchmarks.transformer_flops(cfg, B=1, S=2, T=3)
+    assert flops["forward"] == 2 * per_src + 3 * per_tgt + attention == 2144
+    assert flops["training"] == 3 * 2144
+    assert benchmarks.matmul_params(cfg) == (4 * 16 + 2 * 32) + (8 * 16 + 2 * 32) + 10 * 4 == 360
+    # with S = T: 6 N per target token, plus 36 L d T for the three attentions
+    assert benchmarks.transformer_flops(cfg, B=5, S=3, T=3)["training_per_target_token"] == \
+        6 * 360 + 36 * 1 * 4 * 3
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_flop_count_matches_pytorchs_flop_counter(norm_first):
+    """FlopCounterMode counts the matmuls PyTorch runs; with the math SDPA backend it sees the
+    attention's q k^T and weights @ v too. Tolerance 1%: both count only matmuls, so they agree."""
+    cfg = TransformerConfig(vocab_size=50, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0,
+                            norm_first=norm_first)
+    book, _ = benchmarks.twin_models(cfg)
+    b = benchmarks.random_batch(3, 7, 5, 50)
+    flops = benchmarks.transformer_flops(cfg, B=3, S=7, T=5)
+    with sdpa_kernel(SDPBackend.MATH):
+        with FlopCounterMode(display=False) as fwd, torch.no_grad():
+            book(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])
+        with FlopCounterMode(display=False) as step:
+            book(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"]).sum().backward()
+    assert fwd.get_total_flops() == pytest.approx(flops["forward"], rel=0.01)
+    assert step.get_total_flops() == pytest.approx(flops["training"], rel=0.01)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_book_and_torch_transformer_in_the_throughput_benchmark_compute_the_same(norm_first):
+    cfg = TransformerConfig(vocab_size=60, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0,
+                            norm_first=norm_first)
+    book, ref = benchmarks.twin_models(cfg)
+    book, ref = book.double(), ref.double()
+    assert benchmarks.count_parameters(book) == benchmarks.count_parameters(ref)
+    b = benchmarks.random_batch(3, 7, 5, 60, seed=1)
+    b["src_mask"][1, 4:] = b["tgt_mask"][2, 3:] = False                    # some padding
+    b["src"][~b["src_mask"]] = b["tgt_out"][~b["tgt_mask"]] = 0
+
+    def loss(model):
+        logits = model(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])
+        return translation_loss(logits, b["tgt_out"], label_smoothing=0.1)
+
+    ours, theirs = loss(book), loss(ref)
+    torch.testing.assert_close(ours, theirs)
+    ours.backward()
+    theirs.backward()
+    torch.testing.assert_close(book.embed.weight.grad, ref.embed.weight.grad)
+    torch.testing.assert_close(book.decoder[1].ff.linear2.weight.grad,
+                               ref.transformer.decoder.layers[1].linear2.weight.grad)
+    with torch.no_grad():                                # different weights: different losses
+        ref.transformer.encoder.layers[0].linear1.weight.mul_(1.5)
+    assert abs(loss(ref).item() - ours.item()) > 1e-6
+
+
+def test_gpu_peak_table():
+    peak = benchmarks.gpu_peak_flops
+    assert peak("NVIDIA H100 80GB HBM3", "bf16") == 989e12
+    assert peak("NVIDIA H200", "bf16") == 989e12
+    assert peak("NVIDIA H100 PCIe", "bf16") == 756e12
+    assert peak("NVIDIA A100-SXM4-80GB", "bf16") == 312e12
+    assert peak("NVIDIA L40S", "bf16") == 362e12                        # not the L4's 121
+    assert peak("NVIDIA H100 80GB HBM3", "fp32") == 67e12
+    assert peak("Some Future GPU", "bf16") is None and peak(None, "bf16") is None
+    assert benchmarks.peak_flops(torch.device("cpu"), "fp32")[0] is None
+
+
+def test_goals_are_judged_from_the_results():
+    def training(kind, config, variant, speedup, mfu=None, medians=None):
+        return {"environment": {"gpu": "NVIDIA H100 80GB HBM3" if kind == "cuda" else None},
+                "configs": [{"config": config,
+                             "speedup": [{"variant": variant, "book_speedup_paired": speedup,
+                                          "book_speedup": medians or speedup}],
+                             "results": [{"model": "book", "variant": variant, "mfu": mfu}]}]}
+
+    def decoding(greedy, beam):
+        return {"speedup": [{"method": "greedy", "cached_speedup": greedy},
+                            {"method": "beam 4", "cached_speedup": beam}]}
+
+    status = lambda results: [g["status"] for g in benchmarks.goals(results)]   # noqa: E731
+    assert status({}) == ["unmeasured"] * 5
+    cpu = {"training": training("cpu", "small", "fp32, eager", 0.9), "decoding": decoding(4, 2.5)}
+    assert status({"cpu": cpu}) == ["missed", "unmeasured", "unmeasured", "missed", "unmeasured"]
+    cpu = {"training": training("cpu", "small", "fp32, eager", 1.1), "decoding": decoding(4, 3.5)}
+    cuda = {"training": training("cuda", "throughput", "bf16, compiled", 1.4, mfu=0.45),
+            "decoding": decoding(5, 6)}
+    assert status({"cpu": cpu, "cuda": cuda}) == ["met"] * 5
+    cuda["training"] = training("cuda", "throughput", "bf16, compiled", 1.2, mfu=0.3)
+    assert status({"cpu": cpu, "cuda": cuda})[1:3] == ["missed", "missed"]
+    cpu["training"] = training("cpu", "small", "fp32, eager", 1.04, medians=0.97)
+    assert status({"cpu": cpu})[0] == "inconclusive"                     # within the noise

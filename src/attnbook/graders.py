@@ -1404,6 +1404,46 @@ def check_transformer_params(fn):
     return n + 1
 
 
+@grader("ex-08-next-token", target="next_token")
+def check_next_token(fn):
+    """Checks ``next_token(model, src, src_mask, prefix) -> (ids (B,), probs (B,))``."""
+    from .transformer import Transformer, TransformerConfig
+    n = 0
+    torch.manual_seed(3)
+    model = Transformer(TransformerConfig(vocab_size=13, d_model=16, h=2, d_ff=32, n_layers=2,
+                                          dropout=0.0, max_len=32)).eval()
+    for what, B, S, T in [("B=3, S=5, a prefix of 4 tokens", 3, 5, 4),
+                          ("B=1, S=2, a prefix of BOS alone", 1, 2, 1),
+                          ("B=4, S=6 with padding, a prefix of 3 tokens", 4, 6, 3)]:
+        src = torch.randint(4, 13, (B, S))
+        src_mask = torch.ones(B, S, dtype=torch.bool)
+        if "padding" in what:
+            src_mask[1:, -2:] = False
+            src = src.masked_fill(~src_mask, 0)
+        prefix = torch.cat([torch.full((B, 1), 2), torch.randint(4, 13, (B, T - 1))], dim=1)
+        with torch.no_grad():
+            logits = model(src, src_mask, prefix)                        # (B, T, V)
+        probs = logits[:, -1].softmax(-1)
+        ref_p, ref_id = probs.max(-1)
+        got = fn(model, src.clone(), src_mask.clone(), prefix.clone())
+        expect_pair(got, "(ids, probs)", what)
+        ids, p = got
+        expect_shape(ids, (B,), f"the ids for {what}")
+        expect_shape(p, (B,), f"the probabilities for {what}")
+        if T > 1 and torch.equal(ids, logits[:, 0].argmax(-1)) and not torch.equal(ids, ref_id):
+            raise Hint(f"for {what}: you read position 0; logits[:, t] is the distribution of "
+                       "the token AFTER prefix[:, :t+1], so the next token's is at the LAST "
+                       "position, logits[:, -1]")
+        if not torch.equal(ids, ref_id):
+            raise Hint(f"for {what}: expected the ids {ref_id.tolist()}, got {ids.tolist()}")
+        if (p > 1).any() or (p < 0).any():
+            raise Hint(f"for {what}: {p.tolist()} are not probabilities; apply softmax to the "
+                       "logits over the vocabulary (the last dimension)")
+        expect_close(p.float(), ref_p, f"the probabilities for {what}", atol=1e-5)
+        n += 1
+    return n
+
+
 # ---------------------------------------------------------------------------------------------
 # Chapter 3: dot-product attention
 

@@ -35,7 +35,15 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.d_model = d_model
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """offset: an int (the tokens sit at positions offset .. offset + T - 1), or a (B, T)
+        int64 tensor giving every token its own position (chapter 10: padding anywhere in a
+        sequence without shifting the positions of its real tokens)."""
+        if isinstance(offset, torch.Tensor):
+            need = int(offset.max()) + 1 if offset.numel() else 0
+            if need > self.pe.shape[0]:
+                self.pe = sinusoidal_encoding(need, self.d_model).to(self.pe.device)
+            return x + self.pe[offset].to(x.dtype)                         # (B, T, d_model)
         T = x.shape[1]
         if offset + T > self.pe.shape[0]:
             self.pe = sinusoidal_encoding(offset + T, self.d_model).to(self.pe.device)
@@ -55,11 +63,17 @@ class LearnedPositionalEncoding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        T = x.shape[1]
-        if offset + T > self.max_len:
-            raise ValueError(f"positions up to {offset + T - 1} requested, but the learned table "
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """offset: an int, or a (B, T) int64 tensor of per-token positions (as above)."""
+        if isinstance(offset, torch.Tensor):
+            last = int(offset.max()) if offset.numel() else -1
+        else:
+            last = offset + x.shape[1] - 1
+        if last >= self.max_len:
+            raise ValueError(f"positions up to {last} requested, but the learned table "
                              f"has only max_len={self.max_len} rows; build the model with a larger "
                              "max_len (positions beyond it were never trained)")
-        pos = torch.arange(offset, offset + T, device=x.device)
+        if isinstance(offset, torch.Tensor):
+            return x + self.embedding(offset).to(x.dtype)                  # (B, T, d_model)
+        pos = torch.arange(offset, offset + x.shape[1], device=x.device)
         return x + self.embedding(pos)[None].to(x.dtype)

@@ -55,7 +55,7 @@ def positional_encoding(cfg: TransformerConfig) -> nn.Module:
 
 
 class _NoPositions(nn.Module):
-    def forward(self, x, offset: int = 0):
+    def forward(self, x, offset=0):
         return x
 
 
@@ -83,13 +83,18 @@ class EncoderBlock(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
-    def forward(self, x, src_mask, causal: bool = False):  # x: (B, S, d_model), src_mask: (B, S)
-        """causal=True hides later positions: the block of a decoder-only model (chapter 10)."""
+    def forward(self, x, src_mask, causal: bool = False, cache: dict | None = None):
+        """x: (B, S, d_model), src_mask: (B, S) -> (B, S, d_model). causal=True hides later
+        positions: the block of a decoder-only model (chapter 10). cache: the self-attention's
+        key/value cache when generating one token at a time (then src_mask covers the cached
+        positions and the new ones)."""
         if self.norm_first:
-            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=src_mask, causal=causal)[0])
+            x = x + self.dropout(self.self_attn(self.norm1(x), key_mask=src_mask, causal=causal,
+                                                cache=cache)[0])
             x = x + self.dropout(self.ff(self.norm2(x)))
         else:
-            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=src_mask, causal=causal)[0]))
+            x = self.norm1(x + self.dropout(self.self_attn(x, key_mask=src_mask, causal=causal,
+                                                           cache=cache)[0]))
             x = self.norm2(x + self.dropout(self.ff(x)))
         return x  # (B, S, d_model)
 
@@ -215,6 +220,9 @@ class SelfAttentionStack(nn.Module):
     size; with ``tie_embeddings`` and n_out == vocab_size the output layer reuses the embedding.
 
     forward(ids (B, T) int64, mask (B, T) bool or None, True at real tokens) -> (B, T, n_out).
+    ``positions`` (B, T) int64 gives each token its own position instead of offset + 0..T-1, so
+    that padding can sit anywhere without shifting the real tokens' positions; ``cache`` is the
+    key/value cache for generation, as in ``Transformer.decode`` (chapter 10).
     """
 
     def __init__(self, cfg: TransformerConfig, causal: bool, n_out: int | None = None):
@@ -231,11 +239,33 @@ class SelfAttentionStack(nn.Module):
         if cfg.tie_embeddings and n_out == cfg.vocab_size:
             self.out.weight = self.embed.weight
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None, offset: int = 0):
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None, offset: int = 0,
+                cache: dict | None = None, positions: torch.Tensor | None = None):
+        """cache: a dict, empty on the first call, for generating one token at a time: then ids
+        (and mask, if given) hold only the new tokens, each block's keys and values of the
+        earlier positions come from the cache, and offset is the number of cached positions."""
+        return self.out(self.hidden(ids, mask, offset, cache, positions))  # (B, T, n_out)
+
+    def hidden(self, ids: torch.Tensor, mask: torch.Tensor | None = None, offset: int = 0,
+               cache: dict | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The final hidden states (B, T, d_model), before the output layer ``self.out``: a
+        caller that needs the scores of only some positions applies it to those alone."""
         if ids.dim() != 2 or ids.dtype != torch.long:
             raise ValueError(f"expected a (B, T) int64 tensor of token ids, got shape "
                              f"{tuple(ids.shape)} and dtype {ids.dtype}")
-        x = self.dropout(self.pos(self.embed(ids) * math.sqrt(self.cfg.d_model), offset))
-        for block in self.blocks:
-            x = block(x, mask, causal=self.causal)                 # (B, T, d_model)
-        return self.out(self.norm(x))                             # (B, T, n_out)
+        B, T = ids.shape
+        layers = [None] * len(self.blocks)
+        if cache is not None:
+            if not cache:
+                cache.update(length=0, mask=None, layers=[{} for _ in self.blocks])
+            offset, layers = cache["length"], cache["layers"]
+            cache["length"] += T
+            if mask is not None or cache["mask"] is not None:  # keys: cached + new positions
+                ones = lambda n: torch.ones(B, n, dtype=torch.bool, device=ids.device)  # noqa: E731
+                old = cache["mask"] if cache["mask"] is not None else ones(offset)
+                mask = cache["mask"] = torch.cat([old, ones(T) if mask is None else mask], 1)
+        pos = offset if positions is None else positions
+        x = self.dropout(self.pos(self.embed(ids) * math.sqrt(self.cfg.d_model), pos))
+        for block, layer_cache in zip(self.blocks, layers):
+            x = block(x, mask, causal=self.causal, cache=layer_cache)  # (B, T, d_model)
+        return self.norm(x)                                       # (B, T, d_model)

@@ -919,7 +919,7 @@ def run_section(section: str, device: torch.device, out: Path, quick: bool = Fal
                       "name": env["gpu"] if device.type == "cuda" else env["cpu"],
                       "threads": torch.get_num_threads()},
            "environment": {**env, **env_end}, "command": " ".join(sys.argv),
-           "note": note, "wall_time_s": round(wall, 1), **res}
+           "note": note, "wall_time_s": round(wall, 3), **res}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{section}.json").write_text(json.dumps(res, indent=1) + "\n")
     if plot:

@@ -67,6 +67,7 @@ def test_notebook_starts_with_the_current_setup_cell(path):
     assert code and add_setup_cell.is_setup_cell(code[0]), f"no set-up cell first; {fix}"
     assert code[0].source == SOURCE, f"the set-up cell is out of date; {fix}"
     assert code[0].outputs == [] and "hide-input" in code[0].metadata["tags"]
+    assert code[0].execution_count is not None   # else nbval would not compare its (empty) output
     assert sum(map(add_setup_cell.is_setup_cell, code)) == 1
     assert not add_setup_cell.update(path, SOURCE, write=False), f"{fix}"
 

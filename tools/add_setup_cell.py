@@ -12,7 +12,8 @@ cell does nothing and prints nothing, and nbval's comparison of outputs is uncha
 
 The cell is tagged `attnbook-setup` (how this script and tests/test_setup_cell.py find it) and
 `hide-input` (the HTML book shows it collapsed; Colab and Jupyter show it as a normal cell). It
-goes right before the first other code cell, with no outputs; the notebook is not re-executed.
+goes right before the first other code cell, with no outputs and execution count 1 (nbval skips
+the comparison for a cell that was never run); the notebook is not re-executed.
 Running the script again changes nothing unless the cell's text or the repository changed.
 """
 from __future__ import annotations
@@ -70,7 +71,9 @@ def with_setup_cell(nb, source: str):
     metadata = dict(old[0].metadata) if old else {}
     tags = [t for t in metadata.get("tags", []) if t not in TAGS]
     metadata["tags"] = TAGS + tags
-    cell = nbformat.v4.new_code_cell(source, metadata=metadata)
+    # Marked as run (execution count 1, the first code cell): nbval compares the outputs of run
+    # cells only, so its empty output is checked, and a cell that printed would fail the tests.
+    cell = nbformat.v4.new_code_cell(source, metadata=metadata, execution_count=1)
     if (nb.nbformat, nb.nbformat_minor) >= (4, 5):
         cell["id"] = CELL_ID
     else:

@@ -17,3 +17,18 @@ def assert_fails(label, fn, *fragments):
 
 def stub(*args, **kwargs):
     raise NotImplementedError("write it")
+
+
+def assert_registered(labels: dict) -> None:
+    """Every exercise label has a grader for the name the notebook defines."""
+    for label, target in labels.items():
+        assert label in GRADERS and GRADERS[label].target == target
+
+
+def assert_passes_and_prints(check, fn, capsys) -> None:
+    """``check`` passes ``fn``, and calling it prints one PASS line."""
+    result = check.grader.grade(fn)
+    assert result.passed, result.message
+    check(fn)
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"[PASS] {check.grader.label}: `{check.grader.target}` passed")

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnbook.graders import GRADERS, check_concat_score, check_soft_argmax, check_soft_lookup
+from attnbook.graders import check_concat_score, check_soft_argmax, check_soft_lookup
+from graderkit import assert_passes_and_prints, assert_registered
 
 LABELS = {"ex-03-concat-score": "concat_score",
           "ex-03-soft-lookup": "soft_lookup",
@@ -43,8 +44,7 @@ def soft_argmax(scores, tau):
 # --- registration, right answers, stubs ------------------------------------------------------
 
 def test_graders_are_registered_with_their_targets():
-    for label, target in LABELS.items():
-        assert label in GRADERS and GRADERS[label].target == target
+    assert_registered(LABELS)
 
 
 @pytest.mark.parametrize("check,fn", [(check_concat_score, concat_score),
@@ -52,11 +52,7 @@ def test_graders_are_registered_with_their_targets():
                                       (check_soft_lookup, soft_lookup),
                                       (check_soft_argmax, soft_argmax)])
 def test_right_answers_pass(check, fn, capsys):
-    res = grade(check, fn)
-    assert res.passed, res.message
-    check(fn)
-    out = capsys.readouterr().out.strip()
-    assert out.startswith(f"[PASS] {check.grader.label}: `{check.grader.target}` passed")
+    assert_passes_and_prints(check, fn, capsys)
 
 
 def not_implemented(*args):

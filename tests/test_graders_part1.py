@@ -3,8 +3,9 @@ hint."""
 import pytest
 import torch
 
-from attnbook.graders import (GRADERS, check_bilinear_attention, check_gru_encode,
+from attnbook.graders import (check_bilinear_attention, check_gru_encode,
                               check_masked_softmax)
+from graderkit import assert_passes_and_prints, assert_registered
 
 LABELS = {"ex-01-gru-encode": "gru_encode",
           "ex-02-bilinear-attention": "bilinear_attention",
@@ -55,8 +56,7 @@ def masked_softmax(scores, mask):
 # --- registration ---------------------------------------------------------------------------
 
 def test_graders_are_registered_with_their_targets():
-    for label, target in LABELS.items():
-        assert label in GRADERS and GRADERS[label].target == target
+    assert_registered(LABELS)
 
 
 # --- right answers pass, and printing gives one PASS line -------------------------------------
@@ -66,11 +66,7 @@ def test_graders_are_registered_with_their_targets():
                                       (check_bilinear_attention, bilinear_attention),
                                       (check_masked_softmax, masked_softmax)])
 def test_right_answers_pass(check, fn, capsys):
-    res = grade(check, fn)
-    assert res.passed, res.message
-    check(fn)
-    out = capsys.readouterr().out.strip()
-    assert out.startswith(f"[PASS] {check.grader.label}: `{check.grader.target}` passed")
+    assert_passes_and_prints(check, fn, capsys)
 
 
 def test_package_masked_softmax_passes_its_grader():

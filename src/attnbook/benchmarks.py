@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from . import BOS_ID, PAD_ID
 from .attention import scaled_dot_product_attention
-from .bench import attention_inputs, peak_memory, time_call
+from .bench import _synchronize, attention_inputs, peak_memory, time_call
 from .decoding import beam_search, greedy_decode
 from .mha import MultiHeadAttention
 from .rnn import Seq2Seq
@@ -235,18 +235,13 @@ def twin_models(cfg: TransformerConfig, device="cpu", seed: int = 0):
 # Timing helpers
 # ---------------------------------------------------------------------------------------------
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _seconds(fn, device: torch.device, n: int = 1) -> float:
     """Wall-clock seconds of n calls of fn() (gradients as the caller set them), per call."""
-    _sync(device)
+    _synchronize(device)
     start = time.perf_counter()
     for _ in range(n):
         fn()
-    _sync(device)
+    _synchronize(device)
     return (time.perf_counter() - start) / n
 
 

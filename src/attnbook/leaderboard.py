@@ -50,6 +50,20 @@ def run_model(cfg, out: Path, data_dir=None, device=None, progress=True) -> dict
                          for (s, t), h in list(zip(pairs, hyps))[:5]]}
 
 
+def build_board(preset_name: str, runs: dict, data_dir, device, command: str) -> dict:
+    """Train (or reuse) each model of ``runs`` (model name -> run folder) and collect their rows
+    with the hardware, versions, wall time and load average: the content of a results JSON."""
+    start = time.perf_counter()
+    load_before = round(os.getloadavg()[0], 2)   # other programs slow the timings down
+    entries = [run_model(preset(preset_name, m), folder, data_dir, device)
+               for m, folder in runs.items()]
+    return {"preset": preset_name, "device": str(device), "hardware": versions(),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "wall_time_s": round(time.perf_counter() - start, 1),
+            "load_average": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
+            "command": command, "entries": entries}
+
+
 def write_plot(board: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -83,16 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         device = get_device(args.device)
     except (RuntimeError, ValueError) as e:
         p.error(str(e))
-    start = time.perf_counter()
-    load_before = round(os.getloadavg()[0], 2)   # other programs slow the timings down
-    entries = [run_model(preset(args.preset, m), args.out / m, args.data_dir, device)
-               for m in args.models]
-    board = {"preset": args.preset, "device": str(device), "hardware": versions(),
-             "date": time.strftime("%Y-%m-%d", time.gmtime()),
-             "wall_time_s": round(time.perf_counter() - start, 1),
-             "load_average": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
-             "command": "python -m attnbook.leaderboard " + " ".join(argv or sys.argv[1:]),
-             "entries": entries}
+    board = build_board(args.preset, {m: args.out / m for m in args.models}, args.data_dir,
+                        device, "python -m attnbook.leaderboard " + " ".join(argv or sys.argv[1:]))
+    entries = board["entries"]
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "leaderboard.json").write_text(json.dumps(board, indent=2) + "\n")
     write_plot(board, args.results / "bleu_by_length.png")

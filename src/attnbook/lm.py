@@ -208,14 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
     import json
-    import os
     import sys
-    import time
     from pathlib import Path
 
-    from .leaderboard import run_model
-    from .train import PRESETS, preset
-    from .utils import get_device, versions
+    from .leaderboard import build_board
+    from .train import PRESETS
+    from .utils import get_device
 
     p = argparse.ArgumentParser(prog="python -m attnbook.lm",
                                 description="Train and score the decoder-only translator.")
@@ -226,14 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
     args = p.parse_args(argv)
     device = get_device(args.device)
-    start, load_before = time.perf_counter(), round(os.getloadavg()[0], 2)
-    entry = run_model(preset(args.preset, "decoder-only"), args.out, args.data_dir, device)
-    result = {"preset": args.preset, "device": str(device), "hardware": versions(),
-              "date": time.strftime("%Y-%m-%d", time.gmtime()),
-              "wall_time_s": round(time.perf_counter() - start, 1),
-              "load_average": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
-              "command": "python -m attnbook.lm " + " ".join(argv or sys.argv[1:]),
-              "entries": [entry]}
+    result = build_board(args.preset, {"decoder-only": args.out}, args.data_dir, device,
+                         "python -m attnbook.lm " + " ".join(argv or sys.argv[1:]))
+    entry = result["entries"][0]
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(result, indent=2) + "\n")
     print(f"decoder-only  BLEU {entry['test_bleu']:5.2f}  params {entry['parameters']:,}  "

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnbook import PAD_ID
-from attnbook.train import (GRU_PEAK_LR, MODELS, PRESETS, build_model, forward_logits,
-                            load_checkpoint, noam_lr, preset, train, translation_loss)
+from attnbook.train import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits,
+                            load_checkpoint, noam_lr, preset, train, translation_loss, warmup_lr)
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 
@@ -22,6 +22,18 @@ def test_noam_schedule_warms_up_then_decays():
     assert lrs[0] < lrs[1999] < lrs[3999]                        # linear warm-up
     assert lrs[15999] == pytest.approx(lrs[3999] * (4000 / 16000) ** 0.5)  # 1/sqrt(step) decay
     assert noam_lr(4000, 512, 4000) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)
+
+
+def test_peak_learning_rate_is_stated_not_derived():
+    # the same curve as the paper's, with its peak named: equal for any d_model, warm-up, factor
+    for d, w, f in ((512, 4000, 1.0), (128, 200, 0.5), (64, 10, 2.0)):
+        peak = f * (d * w) ** -0.5
+        for s in (1, w // 2, w, 3 * w, 50 * w):
+            assert warmup_lr(s, peak, w) == pytest.approx(noam_lr(s, d, w, f), rel=1e-12)
+    assert max(warmup_lr(s, 3e-3, 200) for s in range(1, 2000)) == pytest.approx(3e-3)
+    # a preset's peak does not move when d_model or warm-up change
+    cfg = replace(preset("cpu-tiny"), d_model=256, warmup=400)
+    assert cfg.peak_lr == PEAK_LR["cpu-tiny"]["transformer"]
 
 
 def test_loss_ignores_padding_and_smooths_labels():
@@ -118,7 +130,7 @@ def test_train_and_translate_commands(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--max-steps", "0"], "--max-steps must be at least 1"),
-    (["--lr-factor", "-1"], "--lr-factor must be positive"),
+    (["--peak-lr", "-1"], "--peak-lr must be positive"),
     (["--resume"], "--resume: no checkpoint in"),
     (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
     (["--model", "lstm"], "invalid choice: 'lstm'"),
@@ -144,11 +156,7 @@ def test_every_model_of_the_book_trains_with_the_same_harness():
         loss = translation_loss(logits, b.tgt_out)
         loss.backward()                              # every parameter is reachable from the loss
         assert all(p.grad is not None for p in net.parameters()), model
-        if model == "transformer":
-            assert cfg.lr_factor == PRESETS["smoke"].lr_factor
-        else:  # the GRU models peak at GRU_PEAK_LR
-            assert noam_lr(cfg.warmup, cfg.d_model, cfg.warmup, cfg.lr_factor) == \
-                pytest.approx(GRU_PEAK_LR, rel=1e-3)
+        assert cfg.peak_lr == PEAK_LR["smoke"][model]            # each model its own peak
     with pytest.raises(ValueError, match="unknown model 'lstm'"):
         preset("smoke", "lstm")
     with pytest.raises(ValueError, match="unknown preset"):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .data import load_multi30k
 from .evaluate import bleu_by_length
-from .train import MODELS, PRESETS, preset, train
+from .train import MODELS, PRESETS, preset, same_run, train
 from .utils import get_device, versions
 
 
@@ -32,7 +32,8 @@ def run_model(cfg, out: Path, data_dir=None, device=None, progress=True) -> dict
     """Train one model (or reuse a finished run of the same configuration); its leaderboard row."""
     metrics_file = out / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else None
-    if metrics is None or metrics["config"] != asdict(cfg):
+    if metrics is None or not same_run(metrics["config"], asdict(cfg)) \
+            or metrics["steps"] != cfg.max_steps or "test_bleu" not in metrics:
         resume = (out / "checkpoint.pt").is_file() and metrics is None
         try:
             metrics = train(cfg, out, resume=resume, data_dir=data_dir, device=device,

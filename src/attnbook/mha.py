@@ -38,6 +38,10 @@ class MultiHeadAttention(nn.Module):
         up to S - T + t). In cross-attention the context's keys and values are computed on the
         first call and reused afterwards: the encoder's output does not change while decoding.
     Returns (out, weights): out (B, T, d_model); weights (B, h, T, S) or None.
+
+    Setting ``record = True`` makes every call keep its weights and key mask in ``last``
+    (``(weights, key_mask)``), which :func:`attnbook.train.attention_entropy` reads without
+    changing any model's forward.
     """
 
     def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True):
@@ -51,6 +55,7 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
+        self.record, self.last = False, None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, L, d_model) -> (B, h, L, d_k): head i holds dimensions i*d_k .. (i+1)*d_k - 1."""
@@ -87,7 +92,7 @@ class MultiHeadAttention(nn.Module):
             c = causal_mask(T, S, device=x.device)                         # (T, S)
             mask = c if mask is None else mask & c                         # (B, 1, T, S)
         p = self.dropout if self.training else 0.0
-        if need_weights:
+        if need_weights or self.record:
             out, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, h, T, d_k)
             if p > 0:  # dropout on the weights, as the fused kernel does
                 weights = F.dropout(weights, p)
@@ -95,6 +100,8 @@ class MultiHeadAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
             weights = None
+        if self.record:
+            self.last = (weights.detach(), key_mask)
         out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, d_model): concat heads
         return self.W_o(out), weights
 

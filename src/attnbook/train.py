@@ -6,8 +6,11 @@
 
 The recipe of Vaswani et al. (2017), section 5: a joint BPE vocabulary; batches of about
 ``max_tokens`` tokens of similar length; Adam with beta2 = 0.98 and the learning rate
-``lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` (warm-up, then inverse square
-root decay); label smoothing; dropout; and, from later practice, gradient clipping. On a GPU the
+``d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` (warm-up, then inverse square
+root decay); label smoothing; dropout; and, from later practice, gradient clipping.
+The package states the peak learning rate explicitly (``peak_lr``, reached at step ``warmup``):
+the paper's factor ties it to d_model and warm-up, so that changing either silently changes the
+peak, and a small model needs its own (chapter 9's sweep). On a GPU the
 forward pass runs in bfloat16 autocast and the model can be compiled with ``torch.compile``.
 
 A run writes into its folder: ``checkpoint.pt`` (model, optimizer, schedule, data position and
@@ -53,10 +56,11 @@ class TrainConfig:
     max_tokens: int = 8192        # tokens per batch (source or target side, padded)
     max_steps: int = 20000
     warmup: int = 4000
-    lr_factor: float = 1.0        # multiplies the paper's schedule
+    peak_lr: float = 512 ** -0.5 * 4000 ** -0.5  # reached at step `warmup` (the paper's: 7e-4)
     label_smoothing: float = 0.1
     clip: float = 1.0             # gradient-norm clipping; 0 turns it off
     seed: int = 0
+    snapshot_steps: tuple = ()    # also save the model's weights at these steps (snapshots/)
     eval_every: int = 1000        # steps between validation losses (and checkpoints)
     beam_size: int = 4
     length_alpha: float = 0.6
@@ -76,11 +80,12 @@ class TrainConfig:
 
 # Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
 # the GRU encoder-decoder of chapter 1 (no attention), of chapter 2 (additive attention) and of
-# chapter 3 (dot-product attention), and the Transformer of chapter 8.
-MODELS = ("gru", "gru-additive", "gru-dot", "transformer")
+# chapter 3 (dot-product attention), the Transformer of chapter 8 and the decoder-only model of
+# chapter 10.
 # Chapter 10's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
-# trains with the same harness and the Transformer's schedule (it is not on chapter 9's board).
-ALL_MODELS = MODELS + ("decoder-only",)
+# trains with the same harness and is on the same board.
+MODELS = ("gru", "gru-additive", "gru-dot", "transformer", "decoder-only")
+ALL_MODELS = MODELS
 
 
 PRESETS = {
@@ -88,9 +93,8 @@ PRESETS = {
     # No dropout: in 600 steps (2.4 epochs) this small model does not over-fit yet (its
     # validation loss still falls steeply, chapter 9), and dropout would only slow it down.
     "cpu-tiny": TrainConfig(preset="cpu-tiny", d_model=128, h=4, d_ff=256, n_layers=2,
-                            dropout=0.0, vocab_size=4000, max_tokens=2048, max_steps=600,
-                            warmup=200, lr_factor=2.0, eval_every=100, beam_size=4,
-                            compile=False),
+                            dropout=0.0, vocab_size=4000, max_tokens=2048, max_steps=1200,
+                            warmup=200, eval_every=100, beam_size=4, compile=False),
     # the test suite's smoke run: seconds
     "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
                          vocab_size=1000,
@@ -99,33 +103,45 @@ PRESETS = {
     # the full run on one GPU: the paper's base model, sized for Multi30k, five minutes of training
     "gpu-base": TrainConfig(preset="gpu-base", d_model=512, h=8, d_ff=2048, n_layers=6,
                             dropout=0.1, vocab_size=8000, max_tokens=16384, max_steps=20000,
-                            warmup=2000, lr_factor=1.0, eval_every=1000, beam_size=4,
+                            warmup=2000, eval_every=1000, beam_size=4,
                             bf16=True, compile=True, time_budget_s=300),
 }
 
 
-# The GRU models train with Adam at a smaller peak learning rate than the Transformer; the rest
-# of a preset (data, batches, steps, warm-up, decoding) is the same for every model.
-GRU_PEAK_LR = 2e-3
+# Each model's peak learning rate, per preset. cpu-tiny's come from chapter 9's sweep, chosen
+# by validation loss (results/cpu/sweep.json); gpu-base's Transformer uses the paper's schedule
+# (d_model^-0.5 * warmup^-0.5 = 9.9e-4). The rest of a preset (data, batches, steps, warm-up,
+# decoding) is the same for every model.
+PEAK_LR = {
+    "cpu-tiny": {"transformer": 3e-3, "decoder-only": 3e-3, "gru": 2e-3, "gru-additive": 2e-3,
+                 "gru-dot": 2e-3},
+    "smoke": {m: 3e-3 for m in ALL_MODELS},
+    "gpu-base": {"transformer": 512 ** -0.5 * 2000 ** -0.5,
+                 "decoder-only": 512 ** -0.5 * 2000 ** -0.5,
+                 "gru": 1e-3, "gru-additive": 1e-3, "gru-dot": 1e-3},
+}
 
 
 def preset(name: str, model: str = "transformer") -> TrainConfig:
-    """The configuration of preset ``name`` for ``model`` (one of MODELS)."""
+    """The configuration of preset ``name`` for ``model`` (one of ALL_MODELS)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     if model not in ALL_MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
-    cfg = replace(PRESETS[name], model=model)
-    if model not in ("transformer", "decoder-only"):
-        peak_at_factor_1 = noam_lr(cfg.warmup, cfg.d_model, cfg.warmup)
-        cfg = replace(cfg, lr_factor=round(GRU_PEAK_LR / peak_at_factor_1, 4))
-    return cfg
+    return replace(PRESETS[name], model=model, peak_lr=PEAK_LR[name][model])
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """The paper's learning rate at ``step`` (1-based): linear warm-up, then ~ 1/sqrt(step)."""
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def warmup_lr(step: int, peak_lr: float, warmup: int) -> float:
+    """The same shape with its peak stated: linear warm-up to ``peak_lr`` at step ``warmup``,
+    then ``peak_lr * sqrt(warmup / step)``. noam_lr(s, d, w, f) == warmup_lr(s, f * (d * w)^-0.5, w)."""
+    step = max(step, 1)
+    return peak_lr * min(step / warmup, (warmup / step) ** 0.5)
 
 
 def translation_loss(logits: torch.Tensor, tgt_out: torch.Tensor,
@@ -186,6 +202,41 @@ def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
 
 
 @torch.no_grad()
+def attention_entropy(model, b) -> dict:
+    """Mean entropy (nats) of the attention weights of every MultiHeadAttention of ``model`` on
+    batch ``b``, averaged over heads and real query positions: {module name: entropy}. Uniform
+    weights over n keys give ln n; a one-hot row gives 0 (Zhai et al., 2023: "entropy
+    collapse"). Empty for models without multi-head attention (the GRUs)."""
+    from .mha import MultiHeadAttention
+    mods = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+    if not mods:
+        return {}
+    was_training = model.training
+    model.eval()
+    for m in mods.values():
+        m.record = True
+    try:
+        forward_logits(model, b)
+    finally:
+        for m in mods.values():
+            m.record = False
+    out = {}
+    for name, m in mods.items():
+        w, key_mask = m.last                                     # (B, h, T, S), (B, S)
+        m.last = None
+        ent = -torch.special.xlogy(w, w).sum(-1).mean(1)         # (B, T): per query position
+        if "cross" in name:
+            rows = b.tgt_mask                                    # queries: target positions
+        elif key_mask is not None and key_mask.shape == ent.shape:
+            rows = key_mask                                      # self-attention: queries = keys
+        else:
+            rows = torch.ones_like(ent, dtype=torch.bool)
+        out[name] = round(float(ent[rows].mean()), 4)
+    model.train(was_training)
+    return out
+
+
+@torch.no_grad()
 def validation_loss(model, batches: TranslationBatches, device) -> float:
     """Mean per-token cross-entropy (no label smoothing) on all validation batches."""
     model.eval()
@@ -213,6 +264,19 @@ def load_checkpoint(path: Path, device="cpu") -> dict:
     return torch.load(path, map_location=device, weights_only=True)
 
 
+# Options that may differ when a run is resumed: how long it trains and what it records.
+# Everything else (model, data, recipe, seed) must match the checkpoint's.
+EXTENDABLE = ("max_steps", "time_budget_s", "eval_every", "snapshot_steps", "eval_sentences",
+              "beam_size", "length_alpha")
+
+
+def same_run(a: dict, b: dict) -> bool:
+    """Whether configs a and b describe the same training run (up to EXTENDABLE options)."""
+    strip = lambda c: {k: (tuple(v) if isinstance(v, list) else v)  # noqa: E731
+                       for k, v in c.items() if k not in EXTENDABLE}
+    return strip(a) == strip(b)
+
+
 def distributed() -> tuple[int, int]:
     """(rank, world size): (0, 1) unless the process group of ``torchrun`` is initialised."""
     import torch.distributed as dist
@@ -223,7 +287,7 @@ def distributed() -> tuple[int, int]:
 
 def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
           device: torch.device | None = None, progress: bool = True,
-          stop_after: int | None = None) -> dict:
+          stop_after: int | None = None, evaluate: bool = True) -> dict:
     """Train (or resume) a run in folder ``out``; returns the metrics also written there.
 
     One optimiser step uses ``world_size * accum_steps`` consecutive batches of the
@@ -234,6 +298,10 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
 
     ``stop_after`` interrupts the run after that many steps in this call, as a crash would
     (the tests use it to check that resuming gives exactly the uninterrupted result).
+    ``evaluate=False`` skips the final BLEU (the experiments decode their snapshots later).
+
+    At every evaluation ``log.jsonl`` gets the step, the losses, the elapsed training time and
+    the attention entropy of every attention layer on the first validation batch.
     """
     import torch.distributed as dist
     from tqdm.auto import tqdm
@@ -250,12 +318,12 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     model = build_model(cfg, data.tokenizer.vocab_size).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: noam_lr(i + 1, cfg.d_model, cfg.warmup, cfg.lr_factor))
+        opt, lambda i: warmup_lr(i + 1, cfg.peak_lr, cfg.warmup))
     step, epoch, next_batch, tokens_seen, elapsed = 0, 0, 0, 0, 0.0
     ckpt_path = out / "checkpoint.pt"
     if resume:
         ckpt = load_checkpoint(ckpt_path, device)
-        if ckpt["config"] != asdict(cfg) or ckpt.get("world_size", 1) != world:
+        if not same_run(ckpt["config"], asdict(cfg)) or ckpt.get("world_size", 1) != world:
             raise ValueError(f"{ckpt_path} was trained with another configuration or number of "
                              "processes; resume with the same preset, options and --nproc_per_node, "
                              "or use a new --out folder")
@@ -342,6 +410,10 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         step, tokens_seen = step + 1, tokens_seen + n_tokens
         steps_this_call += 1
         bar.update(1)
+        if step in cfg.snapshot_steps and main_rank:  # weights only, for BLEU against budget
+            (out / "snapshots").mkdir(exist_ok=True)
+            save_checkpoint(out / "snapshots" / f"step_{step}.pt", model=model.state_dict(),
+                            step=step, elapsed=elapsed + time.perf_counter() - start)
         if step % 10 == 0:  # .item() waits for the GPU: not at every step
             bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}",
                             tok_s=f"{tokens_seen / (elapsed + time.perf_counter() - start):,.0f}")
@@ -349,8 +421,11 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
             elapsed += time.perf_counter() - start
             if main_rank:
                 val = validation_loss(model, data.val, device)
+                probe = data.val.batch(data.val.epoch_groups(0)[0]).to(device)
                 log.write(json.dumps({"step": step, "epoch": epoch, "train_loss": loss.item(),
-                                      "val_loss": val, "elapsed_s": elapsed}) + "\n")
+                                      "val_loss": val, "elapsed_s": elapsed,
+                                      "attention_entropy": attention_entropy(model, probe)})
+                          + "\n")
                 log.flush()
                 if progress:
                     bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
@@ -370,24 +445,27 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     if not main_rank:
         return {"rank": rank, "steps": step}
     log.close()
-
-    from .evaluate import bleu_score
-    model.eval()
-    test_pairs = data.test_pairs[:cfg.eval_sentences] if cfg.eval_sentences else data.test_pairs
-    result = bleu_score(model, data.tokenizer, test_pairs, beam_size=cfg.beam_size,
-                        alpha=cfg.length_alpha, device=device)
     metrics = {
         "preset": cfg.preset, "config": asdict(cfg), "parameters": count_parameters(model),
         "steps": step, "epochs": epoch + next_batch / max(1, len(data.train)),
         "train_tokens": tokens_seen, "train_time_s": round(elapsed, 1),
         "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
         "val_loss": validation_loss(model, data.val, device),
+        "device": str(device), "threads": torch.get_num_threads(), "processes": world,
+        "hardware": versions(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    if not evaluate:
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        return metrics
+    from .evaluate import bleu_score
+    model.eval()
+    test_pairs = data.test_pairs[:cfg.eval_sentences] if cfg.eval_sentences else data.test_pairs
+    result = bleu_score(model, data.tokenizer, test_pairs, beam_size=cfg.beam_size,
+                        alpha=cfg.length_alpha, device=device)
+    metrics.update({
         "test_bleu": result["bleu"], "bleu_signature": result["signature"],
         "test_set": f"test_2016_flickr ({len(test_pairs)} of {len(data.test_pairs)} sentences)",
-        "decoding": f"beam {cfg.beam_size}, alpha {cfg.length_alpha}",
-        "device": str(device), "processes": world, "hardware": versions(),
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-    }
+        "decoding": f"beam {cfg.beam_size}, alpha {cfg.length_alpha}"})
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (out / "test_hypotheses.txt").write_text("\n".join(result["hypotheses"]) + "\n")
     return metrics
@@ -402,20 +480,28 @@ def main(argv: list[str] | None = None) -> int:
                    "a Transformer); the GRU models use the preset's GRU learning rate")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--max-steps", type=int, help="override the preset's number of steps")
-    p.add_argument("--lr-factor", type=float, help="override the preset's learning-rate factor")
+    p.add_argument("--peak-lr", type=float, help="override the preset's peak learning rate")
+    p.add_argument("--seed", type=int, help="random seed (default 0)")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (results depend on it)")
     p.add_argument("--accum-steps", type=int, help="batches per process and step (default 1)")
     p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
     p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
     args = p.parse_args(argv)
     if args.max_steps is not None and args.max_steps < 1:
         p.error(f"--max-steps must be at least 1, got {args.max_steps}")
-    if args.lr_factor is not None and not args.lr_factor > 0:
-        p.error(f"--lr-factor must be positive, got {args.lr_factor}")
+    if args.peak_lr is not None and not args.peak_lr > 0:
+        p.error(f"--peak-lr must be positive, got {args.peak_lr}")
+    if args.threads is not None:
+        if args.threads < 1:
+            p.error(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     cfg = preset(args.preset, args.model or "transformer")
     if args.max_steps:
         cfg = replace(cfg, max_steps=args.max_steps)
-    if args.lr_factor:
-        cfg = replace(cfg, lr_factor=args.lr_factor)
+    if args.peak_lr:
+        cfg = replace(cfg, peak_lr=args.peak_lr)
+    if args.seed is not None:
+        cfg = replace(cfg, seed=args.seed)
     if args.accum_steps is not None:
         if args.accum_steps < 1:
             p.error(f"--accum-steps must be at least 1, got {args.accum_steps}")

@@ -35,7 +35,12 @@ from pathlib import Path
 
 import torch
 
-from .train import MODELS, PRESETS, preset, same_run, train
+from .batching import TranslationBatches, make_batch
+from .data import load_multi30k
+from .evaluate import bleu, bleu_by_length, translate
+from .train import (MODELS, PRESETS, forward_logits, load_checkpoint, preset, same_run,
+                    save_checkpoint, train, translation_loss)
+from .translate import load_run
 from .utils import versions
 
 SWEEP_LRS = {  # peak learning rates tried at cpu-tiny: the committed Transformer peak was 1.25e-2
@@ -102,9 +107,135 @@ def board_jobs(preset_name: str, models, seeds, out: Path, reuse: Path | None = 
                 if done and (done / "checkpoint.pt").is_file() and not folder.exists():
                     shutil.copytree(done, folder)
                     (folder / "metrics.json").unlink(missing_ok=True)
+                    ckpt = load_checkpoint(folder / "checkpoint.pt")   # its last step: a snapshot
+                    (folder / "snapshots").mkdir(exist_ok=True)
+                    save_checkpoint(folder / "snapshots" / f"step_{steps}.pt", model=ckpt["model"],
+                                    step=ckpt["step"], elapsed=ckpt["elapsed"])
                     break
             jobs.append((cfg, folder))
     return jobs
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring (after training; in worker processes too)
+
+def load_weights(folder: Path, step: int | None = None):
+    """(model, tokenizer, cfg) of a run folder, with the weights of its snapshot at ``step``
+    (None: the last checkpoint)."""
+    model, tok, cfg = load_run(folder, torch.device("cpu"))
+    if step is not None and step != cfg.max_steps:
+        snap = torch.load(folder / "snapshots" / f"step_{step}.pt", map_location="cpu",
+                          weights_only=True)
+        model.load_state_dict(snap["model"])
+    return model.eval(), tok, cfg
+
+
+@torch.no_grad()
+def source_reliance(model, tok, pairs, max_tokens: int) -> tuple[float, float]:
+    """Validation loss with the right sources, and with each source replaced by its neighbour's
+    in the same length-bucketed batch: how much the decoder uses the source (in nats/token)."""
+    src = tok.encode_batch([s for s, _ in pairs])
+    tgt = tok.encode_batch([t for _, t in pairs])
+    val = TranslationBatches(src, tgt, max_tokens, shuffle=False)
+    totals = {"right": 0.0, "shuffled": 0.0}
+    n = 0
+    for idx in val.epoch_groups(0):
+        shifted = idx[1:] + idx[:1]                          # another sentence of similar length
+        for key, src_idx in (("right", idx), ("shuffled", shifted)):
+            b = make_batch([src[i] for i in src_idx], [tgt[i] for i in idx], idx)
+            totals[key] += translation_loss(forward_logits(model, b), b.tgt_out).item() * b.n_tgt_tokens
+        n += b.n_tgt_tokens
+    return totals["right"] / n, totals["shuffled"] / n
+
+
+def repeats(text: str) -> bool:
+    """Whether a translation repeats a word three times running or a word bigram ("winter
+    winter winter", "wearing hats, wearing hats"): the degenerate loops of a broken model."""
+    w = text.lower().replace(",", " ").split()
+    triple = any(w[i] == w[i + 1] == w[i + 2] for i in range(len(w) - 2))
+    bigrams = [tuple(w[i:i + 2]) for i in range(len(w) - 1)]
+    return triple or any(bigrams.count(b) > 1 for b in bigrams)
+
+
+def output_stats(hyps: list[str], refs: list[str]) -> dict:
+    too_long = sum(len(h.split()) > 2 * len(r.split()) for h, r in zip(hyps, refs))
+    return {"too_long_frac": round(too_long / len(hyps), 4),
+            "repeats_frac": round(sum(map(repeats, hyps)) / len(hyps), 4),
+            "length_ratio": round(sum(len(h.split()) for h in hyps) / sum(len(r.split()) for r in refs), 3)}
+
+
+def _score_sweep_run(job) -> dict:
+    folder, threads, data_dir, limit = job
+    torch.set_num_threads(threads)
+    folder = Path(folder)
+    model, tok, cfg = load_weights(folder)
+    val = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
+    hyps = translate(model, tok, [s for s, _ in val], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
+    refs = [t for _, t in val]
+    right, shuffled = source_reliance(model, tok, val, cfg.max_tokens)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+    return {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "steps": cfg.max_steps,
+            "parameters": metrics["parameters"], "train_time_s": metrics["train_time_s"],
+            "val_loss": round(right, 4), "val_loss_shuffled_sources": round(shuffled, 4),
+            "val_bleu": bleu(hyps, refs)["bleu"], **output_stats(hyps, refs),
+            "log": [{k: r[k] for k in ("step", "train_loss", "val_loss", "attention_entropy")}
+                    for r in log]}
+
+
+@torch.no_grad()
+def flops_per_token(model, b) -> float:
+    """Training FLOPs (forward + backward) per target token of batch ``b``, counted by PyTorch."""
+    from torch.utils.flop_counter import FlopCounterMode
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        with torch.enable_grad():
+            translation_loss(forward_logits(model, b), b.tgt_out).backward()
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    return counter.get_total_flops() / b.n_tgt_tokens
+
+
+def _score_board_run(job) -> dict:
+    folder, threads, data_dir, limit = job
+    torch.set_num_threads(threads)
+    folder = Path(folder)
+    _, tok, cfg = load_weights(folder)
+    test = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
+    sources, refs = [s for s, _ in test], [t for _, t in test]
+    row = {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "bleu_at_step": {}}
+    for step in (*cfg.snapshot_steps, cfg.max_steps):
+        model, _, _ = load_weights(folder, step)
+        hyps = translate(model, tok, sources, beam_size=cfg.beam_size, alpha=cfg.length_alpha)
+        row["bleu_at_step"][str(step)] = bleu(hyps, refs)["bleu"]
+    result = bleu(hyps, refs)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    b = make_batch(tok.encode_batch(sources[:64]), tok.encode_batch(refs[:64]))
+    row.update({"test_bleu": result["bleu"], "bleu_signature": result["signature"],
+                "parameters": metrics["parameters"], "train_flops_per_token": round(flops_per_token(model, b)),
+                "train_time_s": metrics["train_time_s"], "tokens_per_s": metrics["tokens_per_s"],
+                "val_loss": round(metrics["val_loss"], 4), "bleu_by_length": bleu_by_length(hyps, test),
+                **output_stats(hyps, refs), "hypotheses": hyps})
+    return row
+
+
+def score_all(fn, folders: list, n_procs: int, threads: int, data_dir=None,
+              limit: int = 0) -> list[dict]:
+    args = [(str(f), threads, data_dir, limit) for f in folders]
+    if n_procs == 1:
+        return [fn(a) for a in args]
+    with ProcessPoolExecutor(n_procs, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(fn, args))
+
+
+def summarise(values: list[float]) -> dict:
+    t = torch.tensor(values, dtype=torch.float64)
+    return {"mean": round(float(t.mean()), 2), "std": round(float(t.std()), 2) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+EXAMPLE_RULE = "test sentences 0, 100, 200, 300 and 400 (every 100th, fixed in advance), seed 0 of each model"
+EXAMPLES = (0, 100, 200, 300, 400)
 
 
 def header(preset_name: str, command: str, n_procs: int, threads: int) -> dict:
@@ -127,15 +258,55 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once")
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
     p.add_argument("--reuse", type=Path, help="board: the sweep's runs folder, to continue its runs")
+    p.add_argument("--sentences", type=int, default=0,
+                   help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--data-dir")
     args = p.parse_args(argv)
     if args.what == "sweep":
         jobs = sweep_jobs(args.preset, args.models, args.max_steps, args.out)
     else:
         jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse)
+    command = "python -m attnbook.experiments " + " ".join(argv)
+    result = header(args.preset, command, args.jobs, args.threads)
     start = time.perf_counter()
     train_all(jobs, args.jobs, args.threads, args.data_dir)
-    print(f"trained {len(jobs)} runs in {time.perf_counter() - start:.0f} s")
+    result["train_wall_time_s"] = round(time.perf_counter() - start, 1)
+    print(f"trained {len(jobs)} runs in {result['train_wall_time_s']:.0f} s")
+    if args.what == "train-only" or not args.results:
+        return 0
+    folders = [folder for _, folder in jobs]
+    start = time.perf_counter()
+    if args.what == "sweep":
+        runs = score_all(_score_sweep_run, folders, args.jobs, args.threads, args.data_dir,
+                         args.sentences)
+        chosen = {}
+        for m in args.models:
+            mine = [r for r in runs if r["model"] == m]
+            chosen[m] = min(mine, key=lambda r: r["val_loss"])["peak_lr"]
+        result.update({"selection": "lowest validation loss (no label smoothing) after the sweep's steps",
+                       "chosen_peak_lr": chosen, "runs": runs})
+    else:
+        runs = score_all(_score_board_run, folders, args.jobs, args.threads, args.data_dir,
+                         args.sentences)
+        test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+        examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
+                     **{r["model"]: r["hypotheses"][i] for r in runs if r["seed"] == args.seeds[0]}}
+                    for i in EXAMPLES if i < len(runs[0]["hypotheses"])]
+        for r in runs:
+            del r["hypotheses"]
+        summary = {}
+        for m in args.models:
+            mine = [r for r in runs if r["model"] == m]
+            summary[m] = {step: summarise([r["bleu_at_step"][step] for r in mine])
+                          for step in mine[0]["bleu_at_step"]}
+        result.update({"summary_test_bleu": summary, "example_rule": EXAMPLE_RULE,
+                       "examples": examples, "runs": runs})
+    result["score_wall_time_s"] = round(time.perf_counter() - start, 1)
+    result["load_average_after"] = round(os.getloadavg()[0], 2)
+    args.results.mkdir(parents=True, exist_ok=True)
+    name = "sweep.json" if args.what == "sweep" else "board.json"
+    (args.results / name).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.results / name}")
     return 0
 
 

@@ -1,0 +1,102 @@
+"""Chapter 9's experiments: extending a run, attention entropy, the sweep and the seeded board."""
+import json
+import math
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+
+from attnbook.batching import make_batch
+from attnbook.experiments import main, output_stats, repeats, summarise
+from attnbook.train import attention_entropy, build_model, load_checkpoint, preset, train
+
+needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
+
+
+@needs_data
+def test_extending_a_run_equals_training_it_that_long(tmp_path):
+    # the schedule does not depend on the total number of steps, so 12 steps + 8 more is 20 steps
+    cfg = replace(preset("smoke"), eval_every=4)
+    train(replace(cfg, max_steps=12), tmp_path / "ext", progress=False, evaluate=False)
+    train(replace(cfg, max_steps=20), tmp_path / "ext", resume=True, progress=False, evaluate=False)
+    train(replace(cfg, max_steps=20), tmp_path / "full", progress=False, evaluate=False)
+    a = load_checkpoint(tmp_path / "ext" / "checkpoint.pt")["model"]
+    b = load_checkpoint(tmp_path / "full" / "checkpoint.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "ext" / "log.jsonl").read_text().splitlines()]
+    assert steps == [4, 8, 12, 16, 20]
+    # but another recipe is another run: resuming with it is refused
+    with pytest.raises(ValueError, match="another configuration"):
+        train(replace(cfg, max_steps=24, peak_lr=1e-3), tmp_path / "ext", resume=True, progress=False)
+
+
+def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys():
+    cfg = replace(preset("smoke"), n_layers=2)
+    model = build_model(cfg, 20)
+    with torch.no_grad():   # W_q = 0: every score is the same, so the weights are uniform
+        for name, p in model.named_parameters():
+            if "W_q" in name:
+                p.zero_()
+    b = make_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
+    ent = attention_entropy(model, b)
+    assert sorted(ent) == ["decoder.0.cross_attn", "decoder.0.self_attn", "decoder.1.cross_attn",
+                           "decoder.1.self_attn", "encoder.0.self_attn", "encoder.1.self_attn"]
+    # encoder: sentence 1 sees 4 keys at each of its 4 positions, sentence 2 sees 2 at 2
+    assert ent["encoder.0.self_attn"] == pytest.approx((4 * math.log(4) + 2 * math.log(2)) / 6, abs=1e-4)
+    # causal decoder self-attention: position t sees t + 1 keys (targets: BOS + 3, BOS + 1)
+    dec = [math.log(t + 1) for t in range(4)] + [math.log(t + 1) for t in range(2)]
+    assert ent["decoder.1.self_attn"] == pytest.approx(sum(dec) / 6, abs=1e-4)
+    # cross-attention: every real target position sees its sentence's source
+    assert ent["decoder.0.cross_attn"] == pytest.approx((4 * math.log(4) + 2 * math.log(2)) / 6, abs=1e-4)
+    # a trained-looking model (random weights) is below the uniform bound, and GRUs have none
+    assert attention_entropy(build_model(cfg, 20), b)["encoder.0.self_attn"] < math.log(4)
+    assert attention_entropy(build_model(replace(cfg, model="gru-additive"), 20), b) == {}
+
+
+def test_degenerate_outputs_are_detected():
+    assert repeats("Five people in winter winter winter jackets .")
+    assert repeats("A man wearing hats , wearing hats , wearing a coat .")
+    assert not repeats("A man in a blue shirt is standing in front of a building .")
+    stats = output_stats(["a dog runs", "a a a a a a a a a a a a"], ["a dog runs", "a cat"])
+    assert stats == {"too_long_frac": 0.5, "repeats_frac": 0.5, "length_ratio": 3.0}
+    s = summarise([30.0, 32.0, 34.0])
+    assert s["mean"] == 32.0 and s["std"] == 2.0 and (s["min"], s["max"], s["n"]) == (30.0, 34.0, 3)
+
+
+@needs_data
+def test_sweep_and_board_commands(tmp_path, monkeypatch):
+    import attnbook.experiments as ex
+    # smoke's peak rates are 3e-3: the board reuses the sweep's runs at that rate
+    monkeypatch.setattr(ex, "SWEEP_LRS", {"transformer": (3e-3, 1e-2), "gru": (3e-3,)})
+    monkeypatch.setattr(ex, "SNAPSHOTS", (6, 10))
+    common = ["--preset", "smoke", "--models", "transformer", "gru", "--jobs", "1",
+              "--sentences", "6", "--results", str(tmp_path / "results")]
+    assert main(["sweep", "--max-steps", "10", "--out", str(tmp_path / "sweep"), *common]) == 0
+    sweep = json.loads((tmp_path / "results" / "sweep.json").read_text())
+    runs = {(r["model"], r["peak_lr"]): r for r in sweep["runs"]}
+    assert sorted(runs) == [("gru", 3e-3), ("transformer", 3e-3), ("transformer", 1e-2)]
+    best = min((r for r in sweep["runs"] if r["model"] == "transformer"), key=lambda r: r["val_loss"])
+    assert sweep["chosen_peak_lr"] == {"transformer": best["peak_lr"], "gru": 3e-3}
+    r = runs[("transformer", 3e-3)]
+    assert r["val_loss_shuffled_sources"] > 0 and r["log"][-1]["step"] == 10
+    assert set(r["log"][-1]["attention_entropy"]) >= {"encoder.0.self_attn", "decoder.0.cross_attn"}
+    assert sweep["hardware"]["cpu_threads"] == 1 and sweep["threads_per_run"] == 1
+    assert not any(str(tmp_path) in json.dumps(v) for k, v in sweep.items() if k != "command")
+
+    # the board continues the sweep's 10-step seed-0 runs (snapshots at 6, 10 and the last step)
+    assert main(["board", "--seeds", "0", "1", "--out", str(tmp_path / "board"),
+                 "--reuse", str(tmp_path / "sweep"), *common]) == 0
+    board = json.loads((tmp_path / "results" / "board.json").read_text())
+    assert len(board["runs"]) == 4 and {r["seed"] for r in board["runs"]} == {0, 1}
+    for r in board["runs"]:
+        assert list(r["bleu_at_step"]) == ["6", "10", "20"] and r["train_flops_per_token"] > 0
+    first = lambda run: (run / "log.jsonl").read_text().splitlines()[0]  # noqa: E731 (has a time)
+    for m in ("transformer", "gru"):
+        assert first(tmp_path / "board" / f"{m}_lr0.003_seed0_steps20") == \
+            first(tmp_path / "sweep" / f"{m}_lr0.003_seed0_steps10")
+    t = [r for r in board["runs"] if r["model"] == "transformer"]
+    assert board["summary_test_bleu"]["transformer"]["20"]["n"] == 2
+    assert board["summary_test_bleu"]["transformer"]["20"]["mean"] == \
+        pytest.approx(sum(r["test_bleu"] for r in t) / 2, abs=0.01)
+    assert board["examples"][0]["index"] == 0 and "gru" in board["examples"][0]

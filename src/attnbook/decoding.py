@@ -5,10 +5,14 @@ softmax turns them into the probability of the next token given the source and t
 translation is built one token at a time, starting from BOS, until the model emits EOS:
 
 * greedy search takes the most probable token at every step;
-* beam search keeps the k most probable prefixes (the "beam") and extends each by every token,
-  so that a choice that looks worse now can win later. A finished hypothesis is ranked by its
-  log-probability divided by a length penalty, ((5 + length) / 6) ** alpha (Wu et al., 2016),
-  since summing more negative log-probabilities otherwise always favours short outputs.
+* beam search keeps, for each sentence, the k most probable unfinished prefixes (the *alive*
+  hypotheses) and extends each by every token, so that a choice that looks worse now can win
+  later. Of the 2k best candidates, those among the k best that end in EOS move to a set of
+  *finished* hypotheses, ranked by log-probability / ((5 + length) / 6) ** alpha, the length
+  penalty of Wu et al. (2016) (summing more negative log-probabilities otherwise always favours
+  short outputs); the k best that do not end in EOS stay alive. The search of a sentence stops
+  when no alive hypothesis can beat its best finished one any more, or at its maximum length,
+  by default its source length + 50 tokens (Vaswani et al., 2017, section 6.1).
 
 Both work on any model with the two methods of :class:`attnbook.transformer.Transformer`:
 ``encode(src, src_mask) -> memory`` and ``decode(tgt_in, memory, src_mask) -> logits (B, T, V)``;
@@ -24,6 +28,7 @@ cache, step t re-runs the decoder over all t tokens of the prefix; the result is
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID, PAD_ID
 
@@ -63,27 +68,39 @@ def _strip(row: list[int]) -> list[int]:
     return row[:row.index(EOS_ID)] if EOS_ID in row else row
 
 
+def _max_lens(src_mask: torch.Tensor, max_len) -> torch.Tensor:
+    """The longest output (in tokens, EOS included) allowed for each sentence, (B,): the source
+    length + 50 (Vaswani et al., 2017, section 6.1) when ``max_len`` is None, else ``max_len``
+    (an int, or a (B,) tensor of per-sentence limits)."""
+    if max_len is None:
+        return src_mask.sum(dim=1) + 50
+    return torch.as_tensor(max_len, device=src_mask.device).expand(src_mask.shape[0])
+
+
 @torch.no_grad()
 def greedy_decode(model, src: torch.Tensor, src_mask: torch.Tensor,
-                  max_len: int = 100, use_cache: bool = True,
+                  max_len=None, use_cache: bool = True,
                   min_len: int = 0) -> list[list[int]]:
     """Most probable token at each step, for a batch. src, src_mask: (B, S). Returns B id lists.
 
-    Stops at EOS or after ``max_len`` tokens (then the output is incomplete: no EOS was chosen).
-    EOS is not allowed before ``min_len`` tokens (the benchmarks use it to fix the output length).
+    A sentence stops at EOS or after its ``max_len`` tokens (then the output is incomplete: no
+    EOS was chosen). ``max_len=None`` means the sentence's source length + 50; an int or a (B,)
+    tensor sets the limits. EOS is not allowed before ``min_len`` tokens (the benchmarks use it
+    to fix the output length).
     """
     memory = model.encode(src, src_mask)                                  # (B, S, d_model)
     B = src.shape[0]
+    limit = _max_lens(src_mask, max_len)                                  # (B,)
     cache = {} if use_cache else None
     ys = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
-    done = torch.zeros(B, dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
+    done = limit <= 0                                                     # (B,)
+    for t in range(1, int(limit.max()) + 1):                  # t: output tokens after this step
+        if done.all():
+            break
         next_tok = _next_log_probs(model, ys, memory, src_mask, cache, min_len).argmax(-1)  # (B,)
         next_tok = next_tok.masked_fill(done, PAD_ID)
         ys = torch.cat([ys, next_tok[:, None]], dim=1)
-        done |= next_tok == EOS_ID
-        if done.all():
-            break
+        done |= (next_tok == EOS_ID) | (t >= limit)
     return [_strip([t for t in row if t != PAD_ID]) for row in ys[:, 1:].tolist()]
 
 
@@ -92,56 +109,87 @@ def length_penalty(length: torch.Tensor | int, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x (B, n, ...), idx (B, m) -> x[b, idx[b, j]]: (B, m, ...)."""
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], idx]
+
+
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int = 4,
-                max_len: int = 100, alpha: float = 0.6,
+                max_len=None, alpha: float = 0.6,
                 return_scores: bool = False, use_cache: bool = True, min_len: int = 0):
     """Beam search for a batch. src, src_mask: (B, S). Returns B id lists (and their scores).
 
-    Each of the B sentences keeps ``beam_size`` hypotheses, searched together as one batch of
-    B * beam_size rows. A hypothesis that has emitted EOS stays in the beam with its score frozen
-    (it is extended by PAD at no cost). At the end, each sentence's hypotheses are ranked by
-    log-probability / length_penalty(length, alpha), where length counts the EOS.
+    Each of the B sentences keeps k = ``beam_size`` *alive* hypotheses (searched together as
+    B * k rows of one batch) and a set of at most k *finished* ones (ended by EOS). Each step:
+
+    1. every alive hypothesis is extended by every token: k * V candidates per sentence, ranked
+       by log-probability; the 2k best are kept;
+    2. those of the k best that end in EOS are finished: their score is log-prob /
+       length_penalty(length with EOS, alpha); the finished set keeps its k best scores;
+    3. the k best candidates that do not end in EOS are the new alive hypotheses (2k candidates
+       hold at least k of them, as at most k end in EOS).
+
+    A sentence stops when no alive hypothesis can beat its best finished one: log-probabilities
+    only fall as a hypothesis grows and (alpha >= 0) the penalty grows with the length, so the
+    best score an alive hypothesis can still reach is its log-prob / length_penalty(max_len + 1,
+    alpha). It stops too after ``max_len`` tokens (default: its source length + 50; an int or a
+    (B,) tensor sets it). Its answer is its best finished hypothesis or, if none finished, its
+    best alive one, scored log-prob / length_penalty(max_len, alpha) (no EOS counted). The search
+    ends when every sentence has stopped. beam_size = 1 with alpha = 0 is greedy search (the best
+    candidate is either EOS, and then nothing alive can beat it, or the one hypothesis kept).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0 (the stopping rule relies on it), got {alpha}")
     B, k = src.shape[0], beam_size
-    device = src.device
-    memory = model.encode(src, src_mask)                                  # (B, S, d_model)
-    memory = _repeat_rows(memory, k)                                      # (B*k, S, d_model)
+    device, ninf = src.device, float("-inf")
+    limit = _max_lens(src_mask, max_len)                                  # (B,)
+    if (limit < 1).any():
+        raise ValueError(f"max_len must be at least 1, got {max_len}")
+    max_penalty = length_penalty(limit.float() + 1, alpha)               # (B,) for the stop
+    memory = _repeat_rows(model.encode(src, src_mask), k)                 # (B*k, S, d_model)
     src_mask_k = src_mask.repeat_interleave(k, dim=0)                     # (B*k, S)
     cache = {} if use_cache else None
-    ys = torch.full((B * k, 1), BOS_ID, dtype=torch.long, device=device)  # (B*k, 1)
-    scores = torch.full((B, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0                      # at the start all beams are the same: keep one
-    finished = torch.zeros(B, k, dtype=torch.bool, device=device)
-    lengths = torch.zeros(B, k, device=device)
-    for _ in range(max_len):
-        logp = _next_log_probs(model, ys, memory, src_mask_k, cache, min_len).view(B, k, -1)
-        V = logp.shape[-1]
-        # a finished hypothesis can only be continued by PAD, at no cost
-        frozen = torch.full_like(logp, float("-inf"))
-        frozen[..., PAD_ID] = 0.0
-        logp = torch.where(finished[..., None], frozen, logp)
-        cand = (scores[..., None] + logp).view(B, k * V)                  # (B, k*V)
-        scores, flat = cand.topk(k, dim=-1)                               # (B, k)
-        beam, tok = flat // V, flat % V                                   # (B, k)
-        rows = (beam + torch.arange(B, device=device)[:, None] * k).view(-1)  # (B*k,)
-        ys = torch.cat([ys[rows], tok.view(-1, 1)], dim=1)
-        if cache is not None:
-            _select_rows(cache, rows)           # each surviving hypothesis keeps its own cache
-        was_finished = finished.gather(1, beam)
-        lengths = lengths.gather(1, beam) + (~was_finished).float()
-        finished = was_finished | (tok == EOS_ID)
-        if finished.all():
+    alive = torch.full((B, k, 1), BOS_ID, dtype=torch.long, device=device)  # (B, k, t) with BOS
+    alive_lp = torch.full((B, k), ninf, device=device)
+    alive_lp[:, 0] = 0.0                    # at the start all rows are the same: keep one
+    fin = torch.full((B, k, 1), PAD_ID, dtype=torch.long, device=device)  # (B, k, t), PAD after EOS
+    fin_score = torch.full((B, k), ninf, device=device)                    # (B, k), best first
+    hyps, scores = [None] * B, [None] * B
+    for t in range(1, int(limit.max()) + 1):          # t: tokens (EOS included) after this step
+        logp = _next_log_probs(model, alive.view(B * k, t), memory, src_mask_k, cache, min_len)
+        V = logp.shape[-1]                  # 1. extend every alive hypothesis by every token
+        cand = (alive_lp[..., None] + logp.view(B, k, V)).view(B, k * V)  # (B, k*V)
+        top_lp, flat = cand.topk(2 * k, dim=-1)                           # (B, 2k), best first
+        beam, tok = flat // V, flat % V                                   # (B, 2k)
+        seqs = torch.cat([_gather(alive, beam), tok[..., None]], dim=-1)  # (B, 2k, t+1)
+        is_eos = tok == EOS_ID                                            # (B, 2k)
+        # 2. the k best candidates that end in EOS join the finished set
+        new_score = (top_lp[:, :k] / length_penalty(t, alpha)).masked_fill(~is_eos[:, :k], ninf)
+        pool = torch.cat([F.pad(fin, (0, 1), value=PAD_ID), seqs[:, :k]], 1)
+        fin_score, pick = torch.cat([fin_score, new_score], 1).topk(k, dim=-1)  # (B, k)
+        fin = _gather(pool, pick)                                         # (B, k, t+1)
+        # 3. the k best that do not end in EOS stay alive
+        alive_lp, pick = top_lp.masked_fill(is_eos, ninf).topk(k, dim=-1)  # (B, k)
+        alive = _gather(seqs, pick)                                       # (B, k, t+1)
+        if cache is not None:               # each alive hypothesis keeps its own cache rows
+            rows = _gather(beam, pick) + torch.arange(B, device=device)[:, None] * k
+            _select_rows(cache, rows.view(-1))
+        # a sentence stops when its best finished score beats what any alive one can reach
+        stop = (fin_score[:, 0] >= alive_lp[:, 0] / max_penalty) | (t >= limit)  # (B,)
+        for b in stop.nonzero().view(-1).tolist():
+            if hyps[b] is not None:
+                continue                    # stopped earlier: its answer is fixed
+            if fin_score[b, 0] > ninf:
+                hyps[b], scores[b] = _strip(fin[b, 0, 1:].tolist()), float(fin_score[b, 0])
+            else:                           # nothing finished by max_len: the best alive one
+                hyps[b] = alive[b, 0, 1:].tolist()
+                scores[b] = float(alive_lp[b, 0] / length_penalty(t, alpha))
+        if all(h is not None for h in hyps):
             break
-    final = scores / length_penalty(lengths, alpha)                      # (B, k)
-    best = final.argmax(dim=-1)                                          # (B,)
-    out = ys.view(B, k, -1)[torch.arange(B, device=device), best, 1:].tolist()
-    hyps = [_strip([t for t in row if t != PAD_ID]) for row in out]
-    if return_scores:
-        return hyps, final[torch.arange(B, device=device), best].tolist()
-    return hyps
+    return (hyps, scores) if return_scores else hyps
 
 
 @torch.no_grad()

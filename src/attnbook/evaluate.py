@@ -54,7 +54,7 @@ def translate(model, tokenizer, sentences: list[str], beam_size: int = 4, alpha:
         idx = order[start:start + batch_size]
         src, mask = pad([ids[i] for i in idx])
         src, mask = src.to(device), mask.to(device)
-        max_len = src.shape[1] + max_extra
+        max_len = mask.sum(dim=1) + max_extra          # (B,): each sentence's own limit
         if beam_size == 1:
             hyps = greedy_decode(model, src, mask, max_len=max_len)
         else:

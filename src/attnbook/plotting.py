@@ -101,7 +101,8 @@ def plot_accuracy_by_length(results, ax=None, title="Accuracy against input leng
 
 
 MODEL_LABELS = {"gru": "GRU, no attention", "gru-additive": "GRU + additive attention",
-                "gru-dot": "GRU + dot-product attention", "transformer": "Transformer"}
+                "gru-dot": "GRU + dot-product attention", "transformer": "Transformer",
+                "decoder-only": "decoder-only Transformer"}
 
 
 def plot_bleu_by_length(entries, ax=None, title="BLEU against source length"):

@@ -285,6 +285,10 @@ def test_bad_beam_size():
     src, mask = src_batch(0)
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(model, src, mask, beam_size=0)
+    with pytest.raises(ValueError, match="alpha"):        # the stopping rule needs alpha >= 0
+        beam_search(model, src, mask, alpha=-0.5)
+    with pytest.raises(ValueError, match="max_len"):
+        beam_search(model, src, mask, max_len=0)
 
 
 @pytest.mark.parametrize("score", [None, "additive", "dot"])

@@ -10,8 +10,11 @@ The recipe of Vaswani et al. (2017), section 5: a joint BPE vocabulary; batches 
 root decay); label smoothing; dropout; and, from later practice, gradient clipping.
 The package states the peak learning rate explicitly (``peak_lr``, reached at step ``warmup``):
 the paper's factor ties it to d_model and warm-up, so that changing either silently changes the
-peak, and a small model needs its own (chapter 9's sweep). On a GPU the
-forward pass runs in bfloat16 autocast and the model can be compiled with ``torch.compile``.
+peak, and a small model needs its own (chapter 9's sweep). The forward pass runs in the
+precision the device supports (``utils.choose_precision``: bf16 autocast on recent CUDA GPUs,
+fp16 autocast with a GradScaler on older ones such as a T4 and on Apple MPS, float32 on a CPU;
+``--precision`` forces one), and ``--compile`` compiles the model with ``torch.compile`` (on any
+device; on a CPU it needs a C++ compiler).
 
 A run writes into its folder: ``checkpoint.pt`` (model, optimizer, schedule, data position and
 random states: training resumes exactly where it stopped), ``tokenizer.model``, ``log.jsonl``
@@ -27,7 +30,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import InitVar, asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -39,7 +42,8 @@ from .data import load_multi30k
 from .rnn import Seq2Seq
 from .tokenizer import Tokenizer, multi30k_tokenizer
 from .transformer import Transformer, TransformerConfig
-from .utils import count_parameters, deterministic, get_device, versions
+from .utils import (PRECISIONS, choose_precision, count_parameters, deterministic, get_device,
+                    versions)
 
 
 @dataclass
@@ -67,10 +71,17 @@ class TrainConfig:
     eval_sentences: int = 0       # test sentences to translate for BLEU; 0 = all 1,000
     time_budget_s: float = 0      # stop training after this many seconds (0: run max_steps)
     accum_steps: int = 1          # batches per process and optimiser step (gradient accumulation)
-    bf16: bool = True             # autocast on CUDA only
-    compile: bool = False         # torch.compile on CUDA only
+    precision: str = "auto"       # auto | fp32 | bf16 | fp16 (utils.choose_precision)
+    compile: bool = False         # torch.compile(dynamic=True) on any device; not the GRUs
     src_lang: str = "de"
     tgt_lang: str = "en"
+    # the switch that ``precision`` replaced, still read from older checkpoints' configs (and
+    # accepted by replace()): True -> "auto", False -> "fp32". Not a field: asdict() omits it.
+    bf16: InitVar[bool | None] = None
+
+    def __post_init__(self, bf16):
+        if bf16 is not None:
+            self.precision = "auto" if bf16 else "fp32"
 
     def transformer_config(self, vocab_size: int) -> TransformerConfig:
         return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, h=self.h,
@@ -94,17 +105,18 @@ PRESETS = {
     # validation loss still falls steeply, chapter 9), and dropout would only slow it down.
     "cpu-tiny": TrainConfig(preset="cpu-tiny", d_model=128, h=4, d_ff=256, n_layers=2,
                             dropout=0.0, vocab_size=4000, max_tokens=2048, max_steps=1200,
-                            warmup=200, eval_every=100, beam_size=4, compile=False),
+                            warmup=200, eval_every=100, beam_size=4, precision="auto",
+                            compile=False),
     # the test suite's smoke run: seconds
     "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
                          vocab_size=1000,
                          max_tokens=1024, max_steps=20, warmup=10, eval_every=10, beam_size=2,
-                         eval_sentences=16),
+                         eval_sentences=16, precision="fp32", compile=False),
     # the full run on one GPU: the paper's base model, sized for Multi30k, five minutes of training
     "gpu-base": TrainConfig(preset="gpu-base", d_model=512, h=8, d_ff=2048, n_layers=6,
                             dropout=0.1, vocab_size=8000, max_tokens=16384, max_steps=20000,
                             warmup=2000, eval_every=1000, beam_size=4,
-                            bf16=True, compile=True, time_budget_s=300),
+                            precision="auto", compile=True, time_budget_s=300),
 }
 
 
@@ -319,6 +331,10 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: warmup_lr(i + 1, cfg.peak_lr, cfg.warmup))
+    # bf16 / fp16 autocast or fp32 (utils.choose_precision); the GradScaler is a pass-through
+    # unless the precision is fp16, so one code path serves all three.
+    precision = choose_precision(device, cfg.precision)
+    scaler = precision.grad_scaler(device)
     step, epoch, next_batch, tokens_seen, elapsed = 0, 0, 0, 0, 0.0
     ckpt_path = out / "checkpoint.pt"
     if resume:
@@ -330,6 +346,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
+        if ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
         step, epoch, next_batch = ckpt["step"], ckpt["epoch"], ckpt["next_batch"]
         tokens_seen, elapsed = ckpt["tokens_seen"], ckpt["elapsed"]
         torch.set_rng_state(ckpt["rng_cpu"].cpu())
@@ -339,15 +357,20 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     if world > 1:  # gradients are averaged over the ranks during backward()
         fwd = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
-    if cfg.compile and device.type == "cuda":
-        fwd = torch.compile(fwd)
-    use_bf16 = cfg.bf16 and device.type == "cuda"
+    # torch.compile with dynamic shapes: one graph serves every (batch, length) shape of the
+    # length-bucketed batches (tests/test_precision.py). The GRU models are left eager: their
+    # Python loop over target positions is unrolled into one graph per target length, so they
+    # would recompile at nearly every batch (until dynamo gives up after 8 and runs them eager).
+    compiled = cfg.compile and not isinstance(model, Seq2Seq)
+    if compiled:
+        fwd = torch.compile(fwd, dynamic=True)
 
     def checkpoint():
         if not main_rank:
             return
         save_checkpoint(ckpt_path, model=model.state_dict(), optimizer=opt.state_dict(),
-                        scheduler=sched.state_dict(), step=step, epoch=epoch,
+                        scheduler=sched.state_dict(), scaler=scaler.state_dict(),
+                        step=step, epoch=epoch,
                         next_batch=next_batch, tokens_seen=tokens_seen, elapsed=elapsed,
                         rng_cpu=torch.get_rng_state(),
                         rng_cuda=torch.cuda.get_rng_state() if device.type == "cuda" else None,
@@ -389,18 +412,20 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         n_tokens = 0
         for i, idx in enumerate(mine):
             b = data.train.batch(idx).to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            with precision.autocast(device):
                 logits = forward_logits(fwd, b)
             loss = translation_loss(logits, b.tgt_out, cfg.label_smoothing)
             if world > 1 and i < len(mine) - 1:
                 with fwd.no_sync():           # all-reduce only after the last micro-batch
-                    (loss / cfg.accum_steps).backward()
+                    scaler.scale(loss / cfg.accum_steps).backward()
             else:
-                (loss / cfg.accum_steps).backward()
+                scaler.scale(loss / cfg.accum_steps).backward()
             n_tokens += b.n_tgt_tokens
         if cfg.clip:
+            scaler.unscale_(opt)              # fp16: clip the true gradients, not scaled ones
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        opt.step()
+        scaler.step(opt)                      # fp16: skips the step if a gradient overflowed
+        scaler.update()
         sched.step()
         opt.zero_grad(set_to_none=True)
         if world > 1:
@@ -451,7 +476,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         "train_tokens": tokens_seen, "train_time_s": round(elapsed, 1),
         "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
         "val_loss": validation_loss(model, data.val, device),
-        "device": str(device), "threads": torch.get_num_threads(), "processes": world,
+        "device": str(device), "precision": precision.name, "compiled": compiled,
+        "threads": torch.get_num_threads(), "processes": world,
         "hardware": versions(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     if not evaluate:
@@ -485,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, help="CPU threads for PyTorch (results depend on it)")
     p.add_argument("--accum-steps", type=int, help="batches per process and step (default 1)")
     p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
+    p.add_argument("--precision", choices=PRECISIONS, help="auto (the default: bf16 on recent "
+                   "GPUs, fp16 + GradScaler on a T4 or MPS, fp32 on a CPU), fp32, bf16 or fp16")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the model (default: the preset's; gpu-base compiles)")
     p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
     args = p.parse_args(argv)
     if args.max_steps is not None and args.max_steps < 1:
@@ -502,6 +532,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, peak_lr=args.peak_lr)
     if args.seed is not None:
         cfg = replace(cfg, seed=args.seed)
+    if args.precision is not None:
+        cfg = replace(cfg, precision=args.precision)
+    if args.compile is not None:
+        cfg = replace(cfg, compile=args.compile)
     if args.accum_steps is not None:
         if args.accum_steps < 1:
             p.error(f"--accum-steps must be at least 1, got {args.accum_steps}")
@@ -512,6 +546,10 @@ def main(argv: list[str] | None = None) -> int:
         device = get_device(args.device)
     except (RuntimeError, ValueError) as e:
         p.error(str(e))
+    try:
+        choose_precision(device, cfg.precision)   # e.g. bf16 asked for on a GPU without it
+    except ValueError as e:
+        p.error(f"--precision: {e}")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:  # started by torchrun: one process per GPU (or per CPU share, with gloo)
         import torch.distributed as dist

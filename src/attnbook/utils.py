@@ -1,7 +1,9 @@
-"""Small helpers every notebook uses: seeding, determinism, the device, versions."""
+"""Small helpers every notebook uses: seeding, determinism, the device, its precision, versions."""
+import contextlib
 import os
 import platform
 import random
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -49,6 +51,88 @@ def get_device(prefer: str | None = None) -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+# --- Mixed precision: what each device gets ---------------------------------------------------
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a training step runs: ``dtype`` is the autocast dtype (None: no autocast, all in
+    float32) and ``use_scaler`` says whether the loss needs a GradScaler (float16 only: its
+    small range lets small gradients underflow to zero unless the loss is scaled up first).
+    The weights, the optimiser and the loss stay in float32 in every case; autocast only runs
+    the matrix products (and a few other ops) in the lower precision."""
+
+    name: str                  # "fp32", "bf16" or "fp16": what metrics.json records
+    dtype: torch.dtype | None
+    use_scaler: bool
+    reason: str = ""           # one line saying why this device got this precision
+
+    def autocast(self, device: torch.device):
+        """The autocast context of a forward pass (a no-op context in fp32)."""
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.dtype)
+
+    def grad_scaler(self, device: torch.device) -> "torch.amp.GradScaler":
+        """A GradScaler for ``device``, enabled only for fp16 (disabled, its calls pass through)."""
+        return torch.amp.GradScaler(device.type, enabled=self.use_scaler)
+
+
+def choose_precision(device: torch.device | str, mode: str = "auto") -> Precision:
+    """The precision a training step uses on ``device``.
+
+    ``mode="auto"`` picks by what the device supports:
+
+    * CUDA with bfloat16 tensor cores (compute capability 8.0 and newer: A100, L4, H100, ...):
+      **bf16** autocast, no scaler. bfloat16 has float32's exponent range, so gradients do not
+      underflow and no loss scaling is needed.
+    * older CUDA (a T4 is 7.5, a V100 7.0): **fp16** autocast with a GradScaler. These GPUs have
+      float16 tensor cores but no bfloat16 ones (PyTorch would emulate bf16, slowly); float16's
+      range is small, so the loss is scaled up before backward and the gradients scaled back
+      down before clipping and the optimiser step, skipping steps whose gradients overflowed.
+    * Apple MPS: **fp16** autocast with a GradScaler. MPS autocast supports float16 since
+      PyTorch 2.5 and ``GradScaler("mps")`` exists since 2.8; bfloat16 on MPS came later, needs
+      macOS 14 or newer and its kernel coverage is still partial, so float16 is the safe choice.
+    * CPU (and anything else): **fp32**, no autocast. CPU autocast exists, but on most laptop
+      processors (without AVX-512 BF16 or AMX) bf16/fp16 matrix products are slower than
+      float32 ones, and float32 keeps the book's CPU results exact and comparable.
+
+    ``mode`` "fp32", "bf16" or "fp16" forces a precision (fp16 always with a scaler); the
+    tests use this to run the bf16 and fp16 paths on the CPU, where PyTorch allows both.
+    Forcing bf16 on a CUDA GPU without bf16 tensor cores is an error rather than a slow
+    emulation.
+    """
+    if mode not in PRECISIONS:
+        raise ValueError(f"unknown precision {mode!r}; choose one of {', '.join(PRECISIONS)}")
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    bf16_ok = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
+    if cuda and not bf16_ok:
+        capability = ".".join(map(str, torch.cuda.get_device_capability(device)))
+    if mode == "bf16" and cuda and not bf16_ok:
+        raise ValueError(f"this GPU (compute capability {capability}) has no bfloat16 tensor "
+                         "cores; use precision fp16 (or auto, which picks it)")
+    if mode == "fp32":
+        return Precision("fp32", None, False, "precision fp32 asked for")
+    if mode == "bf16":
+        return Precision("bf16", torch.bfloat16, False, "precision bf16 asked for")
+    if mode == "fp16":
+        return Precision("fp16", torch.float16, True, "precision fp16 asked for")
+    if bf16_ok:
+        return Precision("bf16", torch.bfloat16, False,
+                         "CUDA GPU with bfloat16 tensor cores: bf16 autocast, no scaler")
+    if cuda:
+        return Precision("fp16", torch.float16, True,
+                         f"CUDA compute capability {capability} has no bfloat16 tensor cores: "
+                         "fp16 autocast with a GradScaler")
+    if device.type == "mps":
+        return Precision("fp16", torch.float16, True, "Apple MPS: fp16 autocast with a "
+                         "GradScaler (bf16 depends on the macOS version)")
+    return Precision("fp32", None, False, f"{device.type}: float32, no autocast")
 
 
 def _cpu_name() -> str:

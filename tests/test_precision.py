@@ -194,13 +194,15 @@ def test_compile_asks_for_dynamic_shapes_and_leaves_the_gru_models_eager(tmp_pat
 
 def test_configs_of_older_runs_with_the_bf16_switch_still_load():
     """Checkpoints written before ``precision`` existed hold ``bf16``; translate.load_run
-    rebuilds their TrainConfig from it."""
+    rebuilds their TrainConfig with TrainConfig.from_dict, and same_run matches them."""
     from dataclasses import asdict
 
-    from attnbook.train import TrainConfig
+    from attnbook.train import TrainConfig, same_run
     old = asdict(preset("cpu-tiny"))
     del old["precision"]
-    assert TrainConfig(**old, bf16=True).precision == "auto"
-    assert TrainConfig(**old, bf16=False).precision == "fp32"
-    assert "bf16" not in asdict(TrainConfig(**old, bf16=False))
+    assert TrainConfig.from_dict({**old, "bf16": True}).precision == "auto"
+    assert TrainConfig.from_dict({**old, "bf16": False}).precision == "fp32"
+    assert "bf16" not in asdict(TrainConfig.from_dict({**old, "bf16": False}))
+    assert same_run({**old, "bf16": True}, asdict(preset("cpu-tiny")))
+    assert not same_run({**old, "bf16": False}, asdict(preset("cpu-tiny")))
     assert replace(preset("smoke"), max_steps=3).precision == "fp32"   # replace keeps it

@@ -30,7 +30,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import InitVar, asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -75,13 +75,10 @@ class TrainConfig:
     compile: bool = False         # torch.compile(dynamic=True) on any device; not the GRUs
     src_lang: str = "de"
     tgt_lang: str = "en"
-    # the switch that ``precision`` replaced, still read from older checkpoints' configs (and
-    # accepted by replace()): True -> "auto", False -> "fp32". Not a field: asdict() omits it.
-    bf16: InitVar[bool | None] = None
-
-    def __post_init__(self, bf16):
-        if bf16 is not None:
-            self.precision = "auto" if bf16 else "fp32"
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        """The config saved in a checkpoint or metrics.json (see :func:`upgrade_config`)."""
+        return cls(**upgrade_config(d))
 
     def transformer_config(self, vocab_size: int) -> TransformerConfig:
         return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, h=self.h,
@@ -282,10 +279,18 @@ EXTENDABLE = ("max_steps", "time_budget_s", "eval_every", "snapshot_steps", "eva
               "beam_size", "length_alpha")
 
 
+def upgrade_config(d: dict) -> dict:
+    """A saved config in today's fields: older runs saved ``bf16`` (autocast on CUDA only), which
+    ``precision`` replaced: True is "auto", False is "fp32"; JSON turned tuples into lists."""
+    d = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
+    if "bf16" in d:
+        d.setdefault("precision", "auto" if d.pop("bf16") else "fp32")
+    return d
+
+
 def same_run(a: dict, b: dict) -> bool:
     """Whether configs a and b describe the same training run (up to EXTENDABLE options)."""
-    strip = lambda c: {k: (tuple(v) if isinstance(v, list) else v)  # noqa: E731
-                       for k, v in c.items() if k not in EXTENDABLE}
+    strip = lambda c: {k: v for k, v in upgrade_config(c).items() if k not in EXTENDABLE}  # noqa: E731
     return strip(a) == strip(b)
 
 

@@ -23,7 +23,7 @@ def load_run(run: Path, device=None):
                                 "`python -m attnbook.train --preset cpu-tiny --out RUN`")
     ckpt = load_checkpoint(run / "checkpoint.pt", device)
     tok = Tokenizer(run / "tokenizer.model")
-    cfg = TrainConfig(**ckpt["config"])
+    cfg = TrainConfig.from_dict(ckpt["config"])
     model = build_model(cfg, ckpt["vocab_size"]).to(device)
     model.load_state_dict(ckpt["model"])
     return model.eval(), tok, cfg

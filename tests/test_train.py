@@ -164,28 +164,6 @@ def test_every_model_of_the_book_trains_with_the_same_harness():
 
 
 @needs_data
-def test_leaderboard_command(tmp_path):
-    cmd = [sys.executable, "-m", "attnbook.leaderboard", "--preset", "smoke", "--out",
-           str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--models", "gru",
-           "gru-dot", "--device", "cpu"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    board = json.loads((tmp_path / "results" / "leaderboard.json").read_text())
-    assert [e["model"] for e in board["entries"]] == ["gru", "gru-dot"]
-    for e in board["entries"]:
-        assert e["parameters"] > 0 and "tok:13a" in e["bleu_signature"]
-        assert sum(r["n"] for r in e["bleu_by_length"]) == PRESETS["smoke"].eval_sentences
-        assert len(e["examples"]) == 5
-    assert board["hardware"]["torch"] == torch.__version__ and board["wall_time_s"] > 0
-    assert (tmp_path / "results" / "bleu_by_length.png").stat().st_size > 1000
-    # a second call reuses the finished runs instead of training again
-    ckpt = tmp_path / "runs" / "gru" / "checkpoint.pt"
-    before = ckpt.stat().st_mtime_ns
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and ckpt.stat().st_mtime_ns == before
-
-
-@needs_data
 def test_two_processes_with_gloo_equal_one_process_with_the_same_global_batch(tmp_path):
     """`torchrun --nproc_per_node=2` runs the unchanged command; DDP averages the two ranks'
     gradients, which must equal one process accumulating the same two batches per step."""

@@ -1,7 +1,10 @@
 """Chapter 9's experiments, run as commands: the learning-rate sweep and the seeded leaderboard.
 
     python -m attnbook.experiments sweep --preset cpu-tiny --out runs/sweep --results results/cpu
-    python -m attnbook.experiments board --preset cpu-tiny --out runs/board --results results/cpu
+    python -m attnbook.experiments board --preset cpu-tiny --out runs/board --reuse runs/sweep \
+        --results results/cpu
+    python -m attnbook.experiments board --preset gpu-base --out runs/board-gpu --jobs 1 \
+        --results results/gpu                                          # on a GPU
 
 Both train many small runs with ``attnbook.train`` (``--jobs`` processes at once, each with
 ``--threads`` PyTorch threads: one thread per run gives results that do not depend on how busy
@@ -41,7 +44,7 @@ from .evaluate import bleu, bleu_by_length, translate
 from .train import (MODELS, PRESETS, forward_logits, load_checkpoint, preset, same_run,
                     save_checkpoint, train, translation_loss)
 from .translate import load_run
-from .utils import versions
+from .utils import get_device, versions
 
 SWEEP_LRS = {  # peak learning rates tried at cpu-tiny: the committed Transformer peak was 1.25e-2
     "transformer": (1e-3, 2e-3, 3e-3, 6e-3, 1.25e-2),
@@ -59,7 +62,7 @@ def run_name(cfg) -> str:
 
 def _train_one(job):
     """Train one run (in a worker process) unless its folder already holds its metrics."""
-    cfg, folder, threads, data_dir = job
+    cfg, folder, threads, data_dir, device = job
     torch.set_num_threads(threads)
     folder = Path(folder)
     metrics_file = folder / "metrics.json"
@@ -68,12 +71,13 @@ def _train_one(job):
             and json.loads(metrics_file.read_text())["steps"] == cfg.max_steps:
         return json.loads(metrics_file.read_text())
     resume = (folder / "checkpoint.pt").is_file()
-    return train(cfg, folder, resume=resume, data_dir=data_dir, progress=False, evaluate=False)
+    return train(cfg, folder, resume=resume, data_dir=data_dir, progress=False, evaluate=False,
+                 device=get_device(device))
 
 
-def train_all(jobs: list, n_procs: int, threads: int, data_dir=None) -> list[dict]:
+def train_all(jobs: list, n_procs: int, threads: int, data_dir=None, device=None) -> list[dict]:
     """Train every (cfg, folder) of ``jobs``, ``n_procs`` at a time; their metrics, in order."""
-    args = [(cfg, str(folder), threads, data_dir) for cfg, folder in jobs]
+    args = [(cfg, str(folder), threads, data_dir, device) for cfg, folder in jobs]
     if n_procs == 1:
         return [_train_one(a) for a in args]
     with ProcessPoolExecutor(n_procs, mp_context=get_context("spawn")) as pool:
@@ -119,12 +123,12 @@ def board_jobs(preset_name: str, models, seeds, out: Path, reuse: Path | None = 
 # ---------------------------------------------------------------------------------------------
 # Scoring (after training; in worker processes too)
 
-def load_weights(folder: Path, step: int | None = None):
+def load_weights(folder: Path, step: int | None = None, device="cpu"):
     """(model, tokenizer, cfg) of a run folder, with the weights of its snapshot at ``step``
     (None: the last checkpoint)."""
-    model, tok, cfg = load_run(folder, torch.device("cpu"))
+    model, tok, cfg = load_run(folder, torch.device(device))
     if step is not None and step != cfg.max_steps:
-        snap = torch.load(folder / "snapshots" / f"step_{step}.pt", map_location="cpu",
+        snap = torch.load(folder / "snapshots" / f"step_{step}.pt", map_location=device,
                           weights_only=True)
         model.load_state_dict(snap["model"])
     return model.eval(), tok, cfg
@@ -137,12 +141,13 @@ def source_reliance(model, tok, pairs, max_tokens: int) -> tuple[float, float]:
     src = tok.encode_batch([s for s, _ in pairs])
     tgt = tok.encode_batch([t for _, t in pairs])
     val = TranslationBatches(src, tgt, max_tokens, shuffle=False)
+    device = next(model.parameters()).device
     totals = {"right": 0.0, "shuffled": 0.0}
     n = 0
     for idx in val.epoch_groups(0):
         shifted = idx[1:] + idx[:1]                          # another sentence of similar length
         for key, src_idx in (("right", idx), ("shuffled", shifted)):
-            b = make_batch([src[i] for i in src_idx], [tgt[i] for i in idx], idx)
+            b = make_batch([src[i] for i in src_idx], [tgt[i] for i in idx], idx).to(device)
             totals[key] += translation_loss(forward_logits(model, b), b.tgt_out).item() * b.n_tgt_tokens
         n += b.n_tgt_tokens
     return totals["right"] / n, totals["shuffled"] / n
@@ -165,10 +170,10 @@ def output_stats(hyps: list[str], refs: list[str]) -> dict:
 
 
 def _score_sweep_run(job) -> dict:
-    folder, threads, data_dir, limit = job
+    folder, threads, data_dir, limit, device = job
     torch.set_num_threads(threads)
     folder = Path(folder)
-    model, tok, cfg = load_weights(folder)
+    model, tok, cfg = load_weights(folder, device=device)
     val = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
     hyps = translate(model, tok, [s for s, _ in val], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
     refs = [t for _, t in val]
@@ -197,20 +202,20 @@ def flops_per_token(model, b) -> float:
 
 
 def _score_board_run(job) -> dict:
-    folder, threads, data_dir, limit = job
+    folder, threads, data_dir, limit, device = job
     torch.set_num_threads(threads)
     folder = Path(folder)
-    _, tok, cfg = load_weights(folder)
+    _, tok, cfg = load_weights(folder, device=device)
     test = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
     sources, refs = [s for s, _ in test], [t for _, t in test]
     row = {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "bleu_at_step": {}}
     for step in (*cfg.snapshot_steps, cfg.max_steps):
-        model, _, _ = load_weights(folder, step)
+        model, _, _ = load_weights(folder, step, device)
         hyps = translate(model, tok, sources, beam_size=cfg.beam_size, alpha=cfg.length_alpha)
         row["bleu_at_step"][str(step)] = bleu(hyps, refs)["bleu"]
     result = bleu(hyps, refs)
     metrics = json.loads((folder / "metrics.json").read_text())
-    b = make_batch(tok.encode_batch(sources[:64]), tok.encode_batch(refs[:64]))
+    b = make_batch(tok.encode_batch(sources[:64]), tok.encode_batch(refs[:64])).to(device)
     row.update({"test_bleu": result["bleu"], "bleu_signature": result["signature"],
                 "parameters": metrics["parameters"], "train_flops_per_token": round(flops_per_token(model, b)),
                 "train_time_s": metrics["train_time_s"], "tokens_per_s": metrics["tokens_per_s"],
@@ -220,8 +225,8 @@ def _score_board_run(job) -> dict:
 
 
 def score_all(fn, folders: list, n_procs: int, threads: int, data_dir=None,
-              limit: int = 0) -> list[dict]:
-    args = [(str(f), threads, data_dir, limit) for f in folders]
+              limit: int = 0, device: str = "cpu") -> list[dict]:
+    args = [(str(f), threads, data_dir, limit, device) for f in folders]
     if n_procs == 1:
         return [fn(a) for a in args]
     with ProcessPoolExecutor(n_procs, mp_context=get_context("spawn")) as pool:
@@ -255,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--max-steps", type=int, default=600, help="sweep: steps per run")
-    p.add_argument("--jobs", type=int, default=2, help="runs trained at once")
+    p.add_argument("--jobs", type=int, default=2, help="runs trained at once (1 on a GPU)")
+    p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
     p.add_argument("--reuse", type=Path, help="board: the sweep's runs folder, to continue its runs")
     p.add_argument("--sentences", type=int, default=0,
@@ -269,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m attnbook.experiments " + " ".join(argv)
     result = header(args.preset, command, args.jobs, args.threads)
     start = time.perf_counter()
-    train_all(jobs, args.jobs, args.threads, args.data_dir)
+    train_all(jobs, args.jobs, args.threads, args.data_dir, args.device)
     result["train_wall_time_s"] = round(time.perf_counter() - start, 1)
     print(f"trained {len(jobs)} runs in {result['train_wall_time_s']:.0f} s")
     if args.what == "train-only" or not args.results:
@@ -278,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     if args.what == "sweep":
         runs = score_all(_score_sweep_run, folders, args.jobs, args.threads, args.data_dir,
-                         args.sentences)
+                         args.sentences, str(get_device(args.device)))
         chosen = {}
         for m in args.models:
             mine = [r for r in runs if r["model"] == m]
@@ -287,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                        "chosen_peak_lr": chosen, "runs": runs})
     else:
         runs = score_all(_score_board_run, folders, args.jobs, args.threads, args.data_dir,
-                         args.sentences)
+                         args.sentences, str(get_device(args.device)))
         test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
         examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
                      **{r["model"]: r["hypotheses"][i] for r in runs if r["seed"] == args.seeds[0]}}

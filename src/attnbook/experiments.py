@@ -51,7 +51,7 @@ from .utils import get_device, versions
 SWEEP_LRS = {
     "transformer": (1e-3, 2e-3, 3e-3, 6e-3, 1.25e-2),
     "decoder-only": (1.5e-3, 3e-3, 6e-3, 1.2e-2),
-    "gru": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
+    "gru": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2),
     "gru-additive": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
     "gru-dot": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
 }

@@ -123,7 +123,7 @@ PRESETS = {
 # decoding) is the same for every model.
 PEAK_LR = {
     "cpu-tiny": {"transformer": 6e-3, "decoder-only": 6e-3, "gru": 4e-3, "gru-additive": 8e-3,
-                 "gru-dot": 4e-3},
+                 "gru-dot": 8e-3},
     "smoke": {m: 3e-3 for m in ALL_MODELS},
     "gpu-base": {"transformer": 512 ** -0.5 * 2000 ** -0.5,
                  "decoder-only": 512 ** -0.5 * 2000 ** -0.5,

@@ -100,3 +100,10 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert board["summary_test_bleu"]["transformer"]["20"]["mean"] == \
         pytest.approx(sum(r["test_bleu"] for r in t) / 2, abs=0.01)
     assert board["examples"][0]["index"] == 0 and "gru" in board["examples"][0]
+    # scores are kept in each run folder: a second call reads them instead of decoding again
+    scores = sorted((tmp_path / "board").glob("*/score_score_board_run.json"))
+    assert len(scores) == 4
+    stamps = [f.stat().st_mtime_ns for f in scores]
+    assert main(["board", "--seeds", "0", "1", "--out", str(tmp_path / "board"), *common]) == 0
+    again = json.loads((tmp_path / "results" / "board.json").read_text())
+    assert again["runs"] == board["runs"] and [f.stat().st_mtime_ns for f in scores] == stamps

@@ -226,13 +226,28 @@ def _score_board_run(job) -> dict:
     return row
 
 
+def _score_cached(job) -> dict:
+    """Score one run, or read its score from the run folder (``score_<kind>.json``, written
+    when the run was scored with the same arguments: delete it to score again)."""
+    fn, folder, *rest = job
+    cache = Path(folder) / f"score_{fn.__name__.strip('_')}.json"
+    key = {"limit": rest[2], "device": rest[3]}
+    if cache.is_file():
+        saved = json.loads(cache.read_text())
+        if saved["key"] == key:
+            return saved["row"]
+    row = fn((folder, *rest))
+    cache.write_text(json.dumps({"key": key, "row": row}) + "\n")
+    return row
+
+
 def score_all(fn, folders: list, n_procs: int, threads: int, data_dir=None,
               limit: int = 0, device: str = "cpu") -> list[dict]:
-    args = [(str(f), threads, data_dir, limit, device) for f in folders]
+    args = [(fn, str(f), threads, data_dir, limit, device) for f in folders]
     if n_procs == 1:
-        return [fn(a) for a in args]
+        return [_score_cached(a) for a in args]
     with ProcessPoolExecutor(n_procs, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(fn, args))
+        return list(pool.map(_score_cached, args))
 
 
 def summarise(values: list[float]) -> dict:

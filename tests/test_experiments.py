@@ -58,6 +58,8 @@ def test_degenerate_outputs_are_detected():
     assert repeats("Five people in winter winter winter jackets .")
     assert repeats("A man wearing hats , wearing hats , wearing a coat .")
     assert not repeats("A man in a blue shirt is standing in front of a building .")
+    assert not repeats("A man in a blue shirt and a man in a red shirt sit in a park .")
+    assert repeats("Two dogs play in the snow snow snow .")
     stats = output_stats(["a dog runs", "a a a a a a a a a a a a"], ["a dog runs", "a cat"])
     assert stats == {"too_long_frac": 0.5, "repeats_frac": 0.5, "length_ratio": 3.0}
     s = summarise([30.0, 32.0, 34.0])

@@ -156,12 +156,13 @@ def source_reliance(model, tok, pairs, max_tokens: int) -> tuple[float, float]:
 
 
 def repeats(text: str) -> bool:
-    """Whether a translation repeats a word three times running or a word bigram ("winter
-    winter winter", "wearing hats, wearing hats"): the degenerate loops of a broken model."""
-    w = text.lower().replace(",", " ").split()
-    triple = any(w[i] == w[i + 1] == w[i + 2] for i in range(len(w) - 2))
-    bigrams = [tuple(w[i:i + 2]) for i in range(len(w) - 1)]
-    return triple or any(bigrams.count(b) > 1 for b in bigrams)
+    """Whether a translation loops: a word three times running ("winter winter winter") or a
+    group of 2 to 4 words said twice back to back ("wearing hats, wearing hats"). Captions
+    repeat words ("a man in a ... in a ..."), but not back to back."""
+    w = text.lower().replace(",", " ").replace(".", " ").split()
+    if any(w[i] == w[i + 1] == w[i + 2] for i in range(len(w) - 2)):
+        return True
+    return any(w[i:i + n] == w[i + n:i + 2 * n] for n in (2, 3, 4) for i in range(len(w) - 2 * n + 1))
 
 
 def output_stats(hyps: list[str], refs: list[str]) -> dict:

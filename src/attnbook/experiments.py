@@ -55,7 +55,8 @@ SWEEP_LRS = {
     "gru-additive": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
     "gru-dot": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
 }
-SNAPSHOTS = (150, 300, 600)   # BLEU against budget: these steps and the preset's last
+SNAPSHOTS = (150, 300, 600)   # BLEU against budget: these steps and the preset's last,
+BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only")  # for these (decoding costs)
 
 
 def run_name(cfg) -> str:
@@ -212,7 +213,8 @@ def _score_board_run(job) -> dict:
     test = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
     sources, refs = [s for s, _ in test], [t for _, t in test]
     row = {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "bleu_at_step": {}}
-    for step in (*cfg.snapshot_steps, cfg.max_steps):
+    steps = cfg.snapshot_steps if cfg.model in BUDGET_MODELS else ()
+    for step in (*steps, cfg.max_steps):
         model, _, _ = load_weights(folder, step, device)
         hyps = translate(model, tok, sources, beam_size=cfg.beam_size, alpha=cfg.length_alpha)
         row["bleu_at_step"][str(step)] = bleu(hyps, refs)["bleu"]

@@ -80,7 +80,7 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert sorted(runs) == [("gru", 3e-3), ("transformer", 3e-3), ("transformer", 1e-2)]
     best = min((r for r in sweep["runs"] if r["model"] == "transformer"), key=lambda r: r["val_loss"])
     assert sweep["chosen_peak_lr"] == {"transformer": best["peak_lr"], "gru": 3e-3}
-    assert runs[("gru", 3e-3)]["val_bleu"] is None                   # decoded: Transformers only
+    assert runs[("gru", 3e-3)]["val_bleu"] >= 0
     r = runs[("transformer", 3e-3)]
     assert r["val_bleu"] >= 0 and 0 <= r["too_long_frac"] <= 1
     assert r["val_loss_shuffled_sources"] > 0 and r["log"][-1]["step"] == 10

@@ -57,7 +57,6 @@ SWEEP_LRS = {
 }
 SNAPSHOTS = (150, 300, 600)   # BLEU against budget: these steps and the preset's last,
 BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only")  # for these (decoding costs)
-SWEEP_DECODE_MODELS = ("transformer", "decoder-only")   # the sweep decodes (BLEU) for these
 
 
 def run_name(cfg) -> str:
@@ -181,12 +180,9 @@ def _score_sweep_run(job) -> dict:
     model, tok, cfg = load_weights(folder, device=device)
     val = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
     right, shuffled = source_reliance(model, tok, val, cfg.max_tokens)
-    decoded = {"val_bleu": None, "too_long_frac": None, "repeats_frac": None, "length_ratio": None}
-    if cfg.model in SWEEP_DECODE_MODELS:
-        refs = [t for _, t in val]
-        hyps = translate(model, tok, [s for s, _ in val], beam_size=cfg.beam_size,
-                         alpha=cfg.length_alpha)
-        decoded = {"val_bleu": bleu(hyps, refs)["bleu"], **output_stats(hyps, refs)}
+    refs = [t for _, t in val]
+    hyps = translate(model, tok, [s for s, _ in val], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
+    decoded = {"val_bleu": bleu(hyps, refs)["bleu"], **output_stats(hyps, refs)}
     metrics = json.loads((folder / "metrics.json").read_text())
     log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
     return {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "steps": cfg.max_steps,

@@ -39,7 +39,7 @@ mathjax: $(STAMP)
 	$(PY) tools/fetch_mathjax.py
 
 test: $(STAMP) mathjax
-	$(PY) -m pytest tests notebooks --nbval --nbval-current-env \
+	$(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
 	    -p no:cacheprovider -q -ra
 

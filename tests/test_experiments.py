@@ -72,9 +72,10 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     # smoke's peak rates are 3e-3: the board reuses the sweep's runs at that rate
     monkeypatch.setattr(ex, "SWEEP_LRS", {"transformer": (3e-3, 1e-2), "gru": (3e-3,)})
     monkeypatch.setattr(ex, "SNAPSHOTS", (6, 10))
+    monkeypatch.chdir(tmp_path)                            # paths relative to the repository
     common = ["--preset", "smoke", "--models", "transformer", "gru", "--jobs", "1",
-              "--sentences", "6", "--results", str(tmp_path / "results")]
-    assert main(["sweep", "--max-steps", "10", "--out", str(tmp_path / "sweep"), *common]) == 0
+              "--sentences", "6", "--results", "results"]
+    assert main(["sweep", "--max-steps", "10", "--out", "sweep", *common]) == 0
     sweep = json.loads((tmp_path / "results" / "sweep.json").read_text())
     runs = {(r["model"], r["peak_lr"]): r for r in sweep["runs"]}
     assert sorted(runs) == [("gru", 3e-3), ("transformer", 3e-3), ("transformer", 1e-2)]
@@ -86,11 +87,13 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert r["val_loss_shuffled_sources"] > 0 and r["log"][-1]["step"] == 10
     assert set(r["log"][-1]["attention_entropy"]) >= {"encoder.0.self_attn", "decoder.0.cross_attn"}
     assert sweep["hardware"]["cpu_threads"] == 1 and sweep["threads_per_run"] == 1
-    assert not any(str(tmp_path) in json.dumps(v) for k, v in sweep.items() if k != "command")
+    assert str(tmp_path) not in json.dumps(sweep)          # no absolute paths in the results
+    assert sweep["train_time_s_sum"] == pytest.approx(sum(r["train_time_s"] for r in sweep["runs"]))
+    with pytest.raises(SystemExit):                        # and none may be given
+        main(["sweep", "--out", str(tmp_path / "sweep"), "--results", "results"])
 
     # the board continues the sweep's 10-step seed-0 runs (snapshots at 6, 10 and the last step)
-    assert main(["board", "--seeds", "0", "1", "--out", str(tmp_path / "board"),
-                 "--reuse", str(tmp_path / "sweep"), *common]) == 0
+    assert main(["board", "--seeds", "0", "1", "--out", "board", "--reuse", "sweep", *common]) == 0
     board = json.loads((tmp_path / "results" / "board.json").read_text())
     assert len(board["runs"]) == 4 and {r["seed"] for r in board["runs"]} == {0, 1}
     for r in board["runs"]:   # BLEU against budget for the models of BUDGET_MODELS
@@ -109,6 +112,6 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     scores = sorted((tmp_path / "board").glob("*/score_score_board_run.json"))
     assert len(scores) == 4
     stamps = [f.stat().st_mtime_ns for f in scores]
-    assert main(["board", "--seeds", "0", "1", "--out", str(tmp_path / "board"), *common]) == 0
+    assert main(["board", "--seeds", "0", "1", "--out", "board", *common]) == 0
     again = json.loads((tmp_path / "results" / "board.json").read_text())
     assert again["runs"] == board["runs"] and [f.stat().st_mtime_ns for f in scores] == stamps

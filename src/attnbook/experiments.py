@@ -264,8 +264,9 @@ EXAMPLE_RULE = "test sentences 0, 100, 200, 300 and 400 (every 100th, fixed in a
 EXAMPLES = (0, 100, 200, 300, 400)
 
 
-def header(preset_name: str, command: str, n_procs: int, threads: int) -> dict:
-    return {"preset": preset_name, "command": command, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+def header(preset_name: str, command: str, n_procs: int, threads: int, note: str = "") -> dict:
+    return {"preset": preset_name, "command": command, "note": note,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "hardware": versions(), "processes_at_once": n_procs, "threads_per_run": threads,
             "load_average_before": round(os.getloadavg()[0], 2)}
 
@@ -287,18 +288,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse", type=Path, help="board: the sweep's runs folder, to continue its runs")
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
+    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
     p.add_argument("--data-dir")
     args = p.parse_args(argv)
+    if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
+        p.error("give --out, --results and --reuse relative to the repository (they are recorded "
+                "in the results, which must not name folders of the machine that made them)")
     if args.what == "sweep":
         jobs = sweep_jobs(args.preset, args.models, args.max_steps, args.out)
     else:
         jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse)
     command = "python -m attnbook.experiments " + " ".join(argv)
-    result = header(args.preset, command, args.jobs, args.threads)
+    result = header(args.preset, command, args.jobs, args.threads, args.note)
     start = time.perf_counter()
     train_all(jobs, args.jobs, args.threads, args.data_dir, args.device)
-    result["train_wall_time_s"] = round(time.perf_counter() - start, 1)
-    print(f"trained {len(jobs)} runs in {result['train_wall_time_s']:.0f} s")
+    result["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
+    print(f"trained {len(jobs)} runs in {result['this_call_train_wall_time_s']:.0f} s")
     if args.what == "train-only" or not args.results:
         return 0
     folders = [folder for _, folder in jobs]
@@ -329,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         result.update({"summary_test_bleu": summary, "example_rule": EXAMPLE_RULE,
                        "examples": examples, "runs": runs})
     result["score_wall_time_s"] = round(time.perf_counter() - start, 1)
+    # the runs may have been trained by earlier calls (an interrupted command continues)
+    result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in runs), 1)
     result["load_average_after"] = round(os.getloadavg()[0], 2)
     args.results.mkdir(parents=True, exist_ok=True)
     name = "sweep.json" if args.what == "sweep" else "board.json"

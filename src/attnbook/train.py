@@ -321,7 +321,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     the attention entropy of every attention layer on the first validation batch.
     """
     import torch.distributed as dist
-    from tqdm.auto import tqdm
+    from tqdm import tqdm   # a text bar (tqdm.auto warns in notebooks without ipywidgets)
 
     rank, world = distributed()
     main_rank = rank == 0

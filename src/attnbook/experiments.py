@@ -267,7 +267,8 @@ EXAMPLES = (0, 100, 200, 300, 400)
 def header(preset_name: str, command: str, n_procs: int, threads: int, note: str = "") -> dict:
     return {"preset": preset_name, "command": command, "note": note,
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "hardware": versions(), "processes_at_once": n_procs, "threads_per_run": threads,
+            "hardware": {**versions(), "cpu_threads": threads},   # the threads of each run
+            "processes_at_once": n_procs, "threads_per_run": threads,
             "load_average_before": round(os.getloadavg()[0], 2)}
 
 

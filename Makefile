@@ -53,7 +53,7 @@ notebooks: $(STAMP)
 # Several minutes on a laptop CPU; writes results/bench/cpu/ (and cuda/) JSON and PNG files,
 # which the appendix "Performance" reads. BENCH_ARGS="--threads 1" on a busy machine.
 bench: $(STAMP)
-	$(PY) -m attnbook.bench $(BENCH_ARGS)
+	$(PY) -m attnbook.benchmarks $(BENCH_ARGS)
 
 student: $(STAMP)
 	$(PY) -m attnbook.homework student notebooks student

@@ -57,7 +57,7 @@ def test_time_call_and_attention_cost():
     assert math.isfinite(rows[0]["seconds"])
 
 
-# --- the benchmark suite (python -m attnbook.bench, make bench; appendix "Performance") ---------
+# --- the benchmark suite (python -m attnbook.benchmarks, make bench; appendix "Performance") ---------
 
 import json
 import subprocess
@@ -74,7 +74,7 @@ TINY = dict(vocab_size=10, d_model=4, h=2, d_ff=8, n_layers=1, dropout=0.0)
 
 
 def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "attnbook.bench", "--quick", "--device", "cpu",
+    run = subprocess.run([sys.executable, "-m", "attnbook.benchmarks", "--quick", "--device", "cpu",
                           "--threads", "1", "--out", str(tmp_path), "--note", "test"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -143,15 +143,3 @@ def attention_cost(fns: dict[str, Callable], lengths, *, B: int = 1, h: int = 4,
     finally:
         torch.set_num_threads(saved)
     return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m attnbook.bench [--quick] [--only NAME] [--out DIR]`` (``make bench``): the
-    benchmark suite of the appendix "Performance", in :mod:`attnbook.benchmarks`."""
-    from .benchmarks import main as run_suite
-
-    return run_suite(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

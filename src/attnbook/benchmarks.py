@@ -1,4 +1,4 @@
-"""The benchmark suite of the appendix "Performance": ``python -m attnbook.bench`` (``make bench``).
+"""The benchmark suite of the appendix "Performance": ``python -m attnbook.benchmarks`` (``make bench``).
 
 Four measurements, each against PyTorch's own modules and, where it is known, the hardware limit:
 
@@ -913,7 +913,7 @@ def run_section(section: str, device: torch.device, out: Path, quick: bool = Fal
            "device": {"kind": device.type,
                       "name": env["gpu"] if device.type == "cuda" else env["cpu"],
                       "threads": torch.get_num_threads()},
-           "environment": {**env, **env_end}, "command": " ".join(sys.argv),
+           "environment": {**env, **env_end}, "command": " ".join(["python -m attnbook.benchmarks", *sys.argv[1:]]),
            "note": note, "wall_time_s": round(wall, 3), **res}
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{section}.json").write_text(json.dumps(res, indent=1) + "\n")
@@ -935,7 +935,7 @@ def save_plot(res: dict, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnbook.bench",
+    p = argparse.ArgumentParser(prog="python -m attnbook.benchmarks",
                                 description="The book's benchmark suite (appendix Performance).")
     p.add_argument("--quick", action="store_true", help="tiny sizes: seconds (the tests run it)")
     p.add_argument("--only", action="append", choices=SECTIONS,

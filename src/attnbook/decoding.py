@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID, PAD_ID
+from .batching import pad
 
 
 def _next_log_probs(model, ys, memory, src_mask, cache=None, min_len=0):
@@ -202,3 +203,38 @@ def sequence_log_prob(model, src: torch.Tensor, src_mask: torch.Tensor, hyp: lis
     logits[:, [PAD_ID, BOS_ID]] = float("-inf")
     logp = torch.log_softmax(logits, dim=-1)
     return float(logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# Text in, text out
+
+MAX_SOURCE_TOKENS = 256  # longer inputs are refused, never cut: Multi30k's longest has ~80
+
+
+@torch.no_grad()
+def translate(model, tokenizer, sentences: list[str], beam_size: int = 4, alpha: float = 0.6,
+              batch_size: int = 64, device=None, max_extra: int = 50,
+              max_source_tokens: int = MAX_SOURCE_TOKENS) -> list[str]:
+    """Translate a list of sentences; the order of the output matches the input.
+
+    Sentences are decoded in batches of similar length; each may produce up to its source
+    length + ``max_extra`` tokens. beam_size = 1 is greedy search. An empty sentence, or one of
+    more than ``max_source_tokens`` tokens, is an error that names it (nothing is truncated).
+    """
+    device = device or next(model.parameters()).device
+    model.eval()
+    ids = tokenizer.encode_batch(sentences, max_len=max_source_tokens)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = [None] * len(ids)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        src, mask = pad([ids[i] for i in idx])
+        src, mask = src.to(device), mask.to(device)
+        max_len = mask.sum(dim=1) + max_extra          # (B,): each sentence's own limit
+        if beam_size == 1:
+            hyps = greedy_decode(model, src, mask, max_len=max_len)
+        else:
+            hyps = beam_search(model, src, mask, beam_size=beam_size, max_len=max_len, alpha=alpha)
+        for i, h in zip(idx, hyps):
+            out[i] = tokenizer.decode(h)
+    return out

@@ -39,11 +39,11 @@ from pathlib import Path
 import torch
 
 from .batching import TranslationBatches, make_batch
+from .bleu import bleu, bleu_by_length
 from .data import load_multi30k
-from .evaluate import bleu, bleu_by_length, translate
-from .train import (MODELS, PRESETS, forward_logits, load_checkpoint, preset, same_run,
-                    save_checkpoint, train, translation_loss)
-from .translate import load_run
+from .decoding import translate
+from .train import (MODELS, PRESETS, forward_logits, load_checkpoint, load_run, preset,
+                    same_run, save_checkpoint, train, translation_loss)
 from .utils import get_device, versions
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each
@@ -173,22 +173,27 @@ def output_stats(hyps: list[str], refs: list[str]) -> dict:
             "length_ratio": round(sum(len(h.split()) for h in hyps) / sum(len(r.split()) for r in refs), 3)}
 
 
-def _score_sweep_run(job) -> dict:
+def _open_run(job, split: str):
+    """A scoring job's run: (folder, model, tokenizer, config, the first ``limit`` pairs of
+    ``split``, device), in a worker with the job's number of threads."""
     folder, threads, data_dir, limit, device = job
     torch.set_num_threads(threads)
-    folder = Path(folder)
-    model, tok, cfg = load_weights(folder, device=device)
-    val = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
+    model, tok, cfg = load_weights(Path(folder), device=device)
+    pairs = load_multi30k(split, cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
+    return Path(folder), model, tok, cfg, pairs, device
+
+
+def _score_sweep_run(job) -> dict:
+    folder, model, tok, cfg, val, _ = _open_run(job, "val")
     right, shuffled = source_reliance(model, tok, val, cfg.max_tokens)
     refs = [t for _, t in val]
     hyps = translate(model, tok, [s for s, _ in val], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
-    decoded = {"val_bleu": bleu(hyps, refs)["bleu"], **output_stats(hyps, refs)}
     metrics = json.loads((folder / "metrics.json").read_text())
     log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
     return {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "steps": cfg.max_steps,
             "parameters": metrics["parameters"], "train_time_s": metrics["train_time_s"],
             "val_loss": round(right, 4), "val_loss_shuffled_sources": round(shuffled, 4),
-            **decoded,
+            "val_bleu": bleu(hyps, refs)["bleu"], **output_stats(hyps, refs),
             "log": [{k: r[k] for k in ("step", "train_loss", "val_loss", "attention_entropy")}
                     for r in log]}
 
@@ -207,11 +212,7 @@ def flops_per_token(model, b) -> float:
 
 
 def _score_board_run(job) -> dict:
-    folder, threads, data_dir, limit, device = job
-    torch.set_num_threads(threads)
-    folder = Path(folder)
-    _, tok, cfg = load_weights(folder, device=device)
-    test = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
+    folder, _, tok, cfg, test, device = _open_run(job, "test_2016_flickr")
     sources, refs = [s for s, _ in test], [t for _, t in test]
     row = {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "bleu_at_step": {}}
     steps = cfg.snapshot_steps if cfg.model in BUDGET_MODELS else ()

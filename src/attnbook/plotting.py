@@ -109,7 +109,7 @@ def plot_bleu_by_length(entries, ax=None, title="BLEU against source length"):
     """BLEU of each model on groups of test sentences by source length (chapter 9).
 
     entries: a list of dicts with "model" (a key of ``MODEL_LABELS`` or any label) and
-    "bleu_by_length" (rows as returned by ``attnbook.evaluate.bleu_by_length``). The x axis marks
+    "bleu_by_length" (rows as returned by ``attnbook.bleu.bleu_by_length``). The x axis marks
     each group by its range of source words; the number of sentences is in the tick label.
     Returns the matplotlib Axes.
     """

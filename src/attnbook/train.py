@@ -38,7 +38,10 @@ import torch.nn.functional as F
 
 from . import PAD_ID
 from .batching import TranslationBatches
+from .bleu import bleu_score
 from .data import load_multi30k
+from .lm import DecoderOnlyTranslator
+from .mha import MultiHeadAttention
 from .rnn import Seq2Seq
 from .tokenizer import Tokenizer, multi30k_tokenizer
 from .transformer import Transformer, TransformerConfig
@@ -192,7 +195,6 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     if cfg.model == "transformer":
         return Transformer(cfg.transformer_config(vocab_size))
     if cfg.model == "decoder-only":  # as many blocks as the encoder and decoder together
-        from .lm import DecoderOnlyTranslator
         return DecoderOnlyTranslator(replace(cfg.transformer_config(vocab_size),
                                              n_layers=2 * cfg.n_layers))
     if cfg.model == "gru":
@@ -216,7 +218,6 @@ def attention_entropy(model, b) -> dict:
     batch ``b``, averaged over heads and real query positions: {module name: entropy}. Uniform
     weights over n keys give ln n; a one-hot row gives 0 (Zhai et al., 2023: "entropy
     collapse"). Empty for models without multi-head attention (the GRUs)."""
-    from .mha import MultiHeadAttention
     mods = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
     if not mods:
         return {}
@@ -271,6 +272,21 @@ def load_checkpoint(path: Path, device="cpu") -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}; train first, or drop --resume")
     return torch.load(path, map_location=device, weights_only=True)
+
+
+def load_run(run: Path, device=None):
+    """The model and tokenizer of a run folder written by ``python -m attnbook.train``."""
+    run = Path(run)
+    device = device or get_device()
+    if not run.is_dir():
+        raise FileNotFoundError(f"{run} is not a run folder; train one with "
+                                "`python -m attnbook.train --preset cpu-tiny --out RUN`")
+    ckpt = load_checkpoint(run / "checkpoint.pt", device)
+    tok = Tokenizer(run / "tokenizer.model")
+    cfg = TrainConfig.from_dict(ckpt["config"])
+    model = build_model(cfg, ckpt["vocab_size"]).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model.eval(), tok, cfg
 
 
 # Options that may differ when a run is resumed: how long it trains and what it records.
@@ -488,7 +504,6 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     if not evaluate:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         return metrics
-    from .evaluate import bleu_score
     model.eval()
     test_pairs = data.test_pairs[:cfg.eval_sentences] if cfg.eval_sentences else data.test_pairs
     result = bleu_score(model, data.tokenizer, test_pairs, beam_size=cfg.beam_size,

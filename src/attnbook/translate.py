@@ -8,25 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .evaluate import MAX_SOURCE_TOKENS, translate
-from .tokenizer import Tokenizer
-from .train import TrainConfig, build_model, load_checkpoint
+from .decoding import MAX_SOURCE_TOKENS, translate
+from .train import load_run  # noqa: F401 (also imported from here by chapter 9)
 from .utils import get_device
-
-
-def load_run(run: Path, device=None):
-    """The model and tokenizer of a run folder written by ``python -m attnbook.train``."""
-    run = Path(run)
-    device = device or get_device()
-    if not run.is_dir():
-        raise FileNotFoundError(f"{run} is not a run folder; train one with "
-                                "`python -m attnbook.train --preset cpu-tiny --out RUN`")
-    ckpt = load_checkpoint(run / "checkpoint.pt", device)
-    tok = Tokenizer(run / "tokenizer.model")
-    cfg = TrainConfig.from_dict(ckpt["config"])
-    model = build_model(cfg, ckpt["vocab_size"]).to(device)
-    model.load_state_dict(ckpt["model"])
-    return model.eval(), tok, cfg
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,8 @@ def run(tmp_path_factory):
     """A tiny trained run (the smoke preset: seconds), shared by the tests of this module."""
     if not os.environ.get("MULTI30K_DIR"):
         pytest.skip("needs the Multi30k files")
-    from attnbook.train import preset, train
+    from attnbook.recipe import preset
+    from attnbook.train import train
     out = tmp_path_factory.mktemp("run")
     train(preset("smoke"), out, progress=False)
     return out

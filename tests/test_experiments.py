@@ -9,7 +9,9 @@ import torch
 
 from attnbook.batching import make_batch
 from attnbook.experiments import main, output_stats, repeats, summarise
-from attnbook.train import attention_entropy, build_model, load_checkpoint, preset, train
+from attnbook.recipe import build_model, preset
+from attnbook.runs import load_checkpoint
+from attnbook.train import attention_entropy, train
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 

@@ -10,7 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from attnbook.train import build_model, load_checkpoint, main, preset, prepare_data, train
+from attnbook.recipe import TrainConfig, build_model, preset, same_run
+from attnbook.runs import load_checkpoint
+from attnbook.train import main, prepare_data, train
 from attnbook.utils import choose_precision, deterministic, get_device
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
@@ -197,7 +199,6 @@ def test_configs_of_older_runs_with_the_bf16_switch_still_load():
     rebuilds their TrainConfig with TrainConfig.from_dict, and same_run matches them."""
     from dataclasses import asdict
 
-    from attnbook.train import TrainConfig, same_run
     old = asdict(preset("cpu-tiny"))
     del old["precision"]
     assert TrainConfig.from_dict({**old, "bf16": True}).precision == "auto"

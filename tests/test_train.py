@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from attnbook import PAD_ID
-from attnbook.train import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits,
-                            load_checkpoint, noam_lr, preset, train, translation_loss, warmup_lr)
+from attnbook.recipe import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits, noam_lr,
+                             preset, translation_loss, warmup_lr)
+from attnbook.runs import load_checkpoint
+from attnbook.train import train
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 

@@ -50,7 +50,7 @@ from .bench import _synchronize, attention_inputs, peak_memory, time_call
 from .decoding import beam_search, greedy_decode
 from .mha import MultiHeadAttention
 from .rnn import Seq2Seq
-from .train import translation_loss
+from .recipe import translation_loss
 from .transformer import Transformer, TransformerConfig, positional_encoding
 from .utils import count_parameters, versions
 

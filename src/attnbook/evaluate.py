@@ -27,7 +27,7 @@ from pathlib import Path
 from .bleu import bleu, bleu_by_length, bleu_score  # noqa: F401 (re-exported)
 from .data import SPLITS, DataError, load_multi30k
 from .decoding import MAX_SOURCE_TOKENS, translate  # noqa: F401 (re-exported)
-from .train import load_run
+from .runs import load_run
 from .utils import get_device
 
 

@@ -42,8 +42,9 @@ from .batching import TranslationBatches, make_batch
 from .bleu import bleu, bleu_by_length
 from .data import load_multi30k
 from .decoding import translate
-from .train import (MODELS, PRESETS, forward_logits, load_checkpoint, load_run, preset,
-                    same_run, save_checkpoint, train, translation_loss)
+from .recipe import MODELS, PRESETS, forward_logits, preset, same_run, translation_loss
+from .runs import load_checkpoint, load_run, save_checkpoint
+from .train import train
 from .utils import get_device, versions
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each

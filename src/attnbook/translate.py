@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .decoding import MAX_SOURCE_TOKENS, translate
-from .train import load_run  # noqa: F401 (also imported from here by chapter 9)
+from .runs import load_run
 from .utils import get_device
 
 

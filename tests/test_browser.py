@@ -6,7 +6,10 @@ Debian's Chromium, driven by Playwright. Each page must load with no failed requ
 any other host (the book must work offline: MathJax and its fonts are served with it), no console
 error, every image loaded and described by its alt text, all math rendered by MathJax, solutions
 as closed dropdowns that open on a click, and, on notebook pages, the Colab and Binder launch
-buttons and the .ipynb download. At 375 px (a phone) no page may scroll sideways.
+buttons and the .ipynb download. No page may be taller than MAX_PAGE_HEIGHT, nor any cell's output
+taller than MAX_OUTPUT_HEIGHT (progress bars and logs printed at every step make both grow; the
+fast tests/test_notebook_hygiene.py counts them in the notebooks). At 375 px (a phone) no page may
+scroll sideways.
 
 Screenshots of a few pages go to _build/screenshots/.
 
@@ -45,6 +48,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-c
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 LOCAL_HOSTS = {"127.0.0.1"}
 MOBILE_WIDTH = 375
+# Heights in CSS pixels at 1280 x 900, the desktop viewport of Visit. Measured on the built book
+# (November 2026): the tallest page is notebooks/09_training, 32,251 px (other chapters 11,457 to
+# 25,252 px, prose pages 2,514 to 7,988 px); the tallest cell output is 750 px (09_training; 733 in
+# the appendix, at most 592 elsewhere). The bounds are about 1.5 times the tallest page and three
+# times the tallest output: a chapter that grows past them should be split, and an output that
+# tall is a log or a progress bar printed at every step.
+MAX_PAGE_HEIGHT = 48_000
+MAX_OUTPUT_HEIGHT = 2_400
 # sphinx-book-theme and sphinx-thebe both declare `const THEBE_JS_URL` on every page; the second
 # declaration is a harmless SyntaxError in the console. Exactly that message is tolerated.
 KNOWN_CONSOLE_ERRORS = {"Identifier 'THEBE_JS_URL' has already been declared"}
@@ -248,6 +259,15 @@ PAGE_STATE = """() => {
     };
 }"""
 
+# The page's height, and the tallest cell outputs (myst-nb's div.cell_output), in CSS pixels.
+HEIGHTS = """limit => {
+    const outputs = Array.from(document.querySelectorAll("article.bd-article .cell_output"))
+        .map(e => ({height: Math.round(e.getBoundingClientRect().height),
+                    text: (e.textContent || "").trim().slice(0, 80)}))
+        .filter(o => o.height > limit);
+    return {page: document.documentElement.scrollHeight, outputs};
+}"""
+
 # No CSS transition or animation is running (after a resize).
 SETTLED = "() => document.getAnimations().every(a => a.playState !== 'running')"
 
@@ -361,6 +381,15 @@ def test_page_in_the_browser(docname, source, site, visit, screenshots):
             problems.append(f"solution {s['id']} is not a dropdown (add `:class: dropdown`)")
         elif s["bodyVisible"]:
             problems.append(f"solution {s['id']} is open when the page loads")
+
+    # No spam: measured at the desktop width, before anything is opened.
+    heights = page.evaluate(HEIGHTS, MAX_OUTPUT_HEIGHT)
+    if heights["page"] > MAX_PAGE_HEIGHT:
+        problems.append(f"the page is {heights['page']:,} px tall (at most {MAX_PAGE_HEIGHT:,} at "
+                        "1280 px): split the chapter, or print less (progress bars, logs)")
+    for o in heights["outputs"]:
+        problems.append(f"a cell's output is {o['height']:,} px tall (at most "
+                        f"{MAX_OUTPUT_HEIGHT:,}): print a summary, not every step: {o['text']!r}")
 
     if docname in SCREENSHOT_DESKTOP:
         page.screenshot(path=str(screenshots / shot_name(docname)))

@@ -117,3 +117,61 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert main(["board", "--seeds", "0", "1", "--out", "board", *common]) == 0
     again = json.loads((tmp_path / "results" / "board.json").read_text())
     assert again["runs"] == board["runs"] and [f.stat().st_mtime_ns for f in scores] == stamps
+
+
+def test_checkpoint_averaging_is_the_mean_of_the_weights(tmp_path):
+    from attnbook.runs import average_checkpoints, save_checkpoint
+    cfg = preset("smoke")
+    models = [build_model(replace(cfg, seed=s), 30) for s in range(3)]
+    for i, m in enumerate(models):
+        torch.manual_seed(i)
+        for p in m.parameters():
+            torch.nn.init.normal_(p)
+        save_checkpoint(tmp_path / f"c{i}.pt", model=m.state_dict(), step=i, elapsed=0.0)
+    avg = average_checkpoints([tmp_path / f"c{i}.pt" for i in range(3)])
+    for k, v in models[0].state_dict().items():
+        mean = sum(m.state_dict()[k].double() for m in models) / 3
+        assert avg[k].dtype == v.dtype and torch.allclose(avg[k].double(), mean, atol=1e-6), k
+    # one checkpoint: its own weights, exactly
+    one = average_checkpoints([tmp_path / "c1.pt"])
+    assert all(torch.equal(one[k], v) for k, v in models[1].state_dict().items())
+    # weights of another model (another size) are refused, and so is an empty list
+    save_checkpoint(tmp_path / "other.pt", model=build_model(replace(cfg, d_model=16), 30).state_dict())
+    with pytest.raises(ValueError, match="other parameters"):
+        average_checkpoints([tmp_path / "c0.pt", tmp_path / "other.pt"])
+    with pytest.raises(ValueError, match="no checkpoints"):
+        average_checkpoints([])
+
+
+@needs_data
+def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, monkeypatch):
+    import attnbook.experiments as ex
+    small = dict(d_model=32, h=2, d_ff=64, n_layers=1, vocab_size=1000, max_tokens=1024,
+                 warmup=5, eval_every=5, beam_size=2, peak_lr=3e-3)
+    monkeypatch.setattr(ex, "BASE_CANDIDATES", {
+        "a": dict(small, max_steps=12, snapshot_steps=(4, 8)),
+        "b": dict(small, d_model=16, max_steps=10, snapshot_steps=(5,))})
+    monkeypatch.chdir(tmp_path)
+    args = ["base", "--out", "base", "--results", "results", "--jobs", "1", "--threads", "1",
+            "--sentences", "8"]
+    assert main(args) == 0
+    res = json.loads((tmp_path / "results" / "cpu_base.json").read_text())
+    runs = {r["candidate"]: r for r in res["runs"]}
+    assert sorted(runs) == ["a", "b"]
+    # every snapshot and the last checkpoint, in order of steps and of training minutes
+    assert [s["step"] for s in runs["a"]["snapshots"]] == [4, 8, 12]
+    minutes = [s["train_minutes"] for s in runs["a"]["snapshots"]]
+    assert minutes == sorted(minutes) and minutes[-1] > 0
+    # averages of the last k snapshots, k up to the number there are; the best on validation
+    assert [a["last_k"] for a in runs["a"]["averages"]] == [1, 2, 3]
+    assert [a["last_k"] for a in runs["b"]["averages"]] == [1, 2]
+    for r in runs.values():
+        best = max(r["averages"], key=lambda a: a["val_bleu"])
+        assert r["chosen_last_k"] == best["last_k"] and r["val_bleu"] == best["val_bleu"]
+    assert res["chosen"] == max(res["runs"], key=lambda r: r["val_bleu"])["candidate"]
+    assert res["test_bleu"] == runs[res["chosen"]]["test_bleu"]
+    assert res["bleu_signature"].startswith("nrefs:1")
+    assert [e["index"] for e in res["examples"]] == [0]          # 8 sentences: only index 0
+    # a second call trains nothing again and reads the cached scores
+    assert main(args) == 0
+    assert json.loads((tmp_path / "results" / "cpu_base.json").read_text())["runs"] == res["runs"]

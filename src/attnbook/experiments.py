@@ -43,8 +43,8 @@ from .bleu import bleu, bleu_by_length
 from .data import load_multi30k
 from .decoding import translate
 from .recipe import MODELS, PRESETS, forward_logits, preset, same_run, translation_loss
-from .runs import load_checkpoint, load_run, save_checkpoint
-from .train import train
+from .runs import average_checkpoints, load_checkpoint, load_run, save_checkpoint
+from .train import train, validation_loss
 from .utils import get_device, versions
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each
@@ -256,6 +256,77 @@ def score_all(fn, folders: list, n_procs: int, threads: int, data_dir=None,
         return list(pool.map(_score_cached, args))
 
 
+# ---------------------------------------------------------------------------------------------
+# cpu-base: long runs, their snapshots, and checkpoint averaging, all chosen on the validation set
+
+BASE_CANDIDATES = {  # (name, overrides of the cpu-base preset) trained and compared by `base`
+    "medium": {},                                                     # the preset itself
+    "tiny-long": dict(d_model=128, h=4, d_ff=256, n_layers=2, vocab_size=4000, max_tokens=2048,
+                      warmup=200, peak_lr=6e-3, max_steps=8000,
+                      snapshot_steps=(2000, 3000, 4000, 5000, 6000, 7000)),
+}
+AVERAGE_LAST = (1, 2, 3, 4, 5)     # checkpoint averaging: the mean of the last k snapshots
+
+
+def base_jobs(out: Path, names=None) -> list:
+    jobs = []
+    for name, overrides in BASE_CANDIDATES.items():
+        if names is None or name in names:
+            cfg = replace(preset("cpu-base"), **overrides)
+            jobs.append((cfg, out / name))
+    return jobs
+
+
+def _snapshot_files(folder: Path, cfg) -> list[tuple[int, Path]]:
+    """(step, file) of a run's snapshots and its last checkpoint, in order of steps."""
+    files = [(s, folder / "snapshots" / f"step_{s}.pt") for s in cfg.snapshot_steps if s < cfg.max_steps]
+    return [*files, (cfg.max_steps, folder / "checkpoint.pt")]
+
+
+def _score_base_run(job) -> dict:
+    """Validation loss and BLEU of every snapshot and of the average of the last k snapshots
+    (k in AVERAGE_LAST); the k with the best validation BLEU is chosen; test BLEU of every
+    snapshot (BLEU against training minutes) and of the chosen average."""
+    folder, model, tok, cfg, test, device = _open_run(job, "test_2016_flickr")
+    val = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, job[2])[:job[3] or None]
+    val_batches = TranslationBatches(tok.encode_batch([s for s, _ in val]),
+                                     tok.encode_batch([t for _, t in val]), cfg.max_tokens,
+                                     shuffle=False)
+
+    def decode(pairs):
+        hyps = translate(model, tok, [s for s, _ in pairs], beam_size=cfg.beam_size,
+                         alpha=cfg.length_alpha)
+        return hyps, bleu(hyps, [t for _, t in pairs])
+
+    files = _snapshot_files(folder, cfg)
+    snapshots = []
+    for step, f in files:
+        ckpt = load_checkpoint(f, device)
+        model.load_state_dict(ckpt["model"])
+        hyps, test_bleu = decode(test)
+        snapshots.append({"step": step, "train_minutes": round(ckpt["elapsed"] / 60, 2),
+                          "val_loss": round(validation_loss(model, val_batches, device), 4),
+                          "test_bleu": test_bleu["bleu"]})
+    averages = []
+    for k in (k for k in AVERAGE_LAST if k <= len(files)):
+        model.load_state_dict(average_checkpoints([f for _, f in files[-k:]]))
+        _, val_bleu = decode(val)
+        averages.append({"last_k": k, "steps": [s for s, _ in files[-k:]],
+                         "val_loss": round(validation_loss(model, val_batches, device), 4),
+                         "val_bleu": val_bleu["bleu"]})
+    best = max(averages, key=lambda a: a["val_bleu"])
+    model.load_state_dict(average_checkpoints([f for _, f in files[-best["last_k"]:]]))
+    hyps, result = decode(test)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    return {"config": asdict(cfg), "parameters": metrics["parameters"],
+            "train_time_s": metrics["train_time_s"], "tokens_per_s": metrics["tokens_per_s"],
+            "threads": metrics["threads"], "epochs": round(metrics["epochs"], 2),
+            "snapshots": snapshots, "averages": averages, "chosen_last_k": best["last_k"],
+            "val_bleu": best["val_bleu"], "test_bleu": result["bleu"],
+            "bleu_signature": result["signature"], **output_stats(hyps, [t for _, t in test]),
+            "hypotheses": hyps}
+
+
 def summarise(values: list[float]) -> dict:
     t = torch.tensor(values, dtype=torch.float64)
     return {"mean": round(float(t.mean()), 2), "std": round(float(t.std()), 2) if len(values) > 1 else 0.0,
@@ -278,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python -m attnbook.experiments",
                                 description="Chapter 9's learning-rate sweep and seeded leaderboard.")
-    p.add_argument("what", choices=("sweep", "board", "train-only"))
+    p.add_argument("what", choices=("sweep", "board", "base", "train-only"))
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")
     p.add_argument("--results", type=Path, help="folder for sweep.json / board.json")
@@ -299,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                 "in the results, which must not name folders of the machine that made them)")
     if args.what == "sweep":
         jobs = sweep_jobs(args.preset, args.models, args.max_steps, args.out)
+    elif args.what == "base":
+        jobs = base_jobs(args.out)
     else:
         jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse)
     command = "python -m attnbook.experiments " + " ".join(argv)
@@ -320,6 +393,24 @@ def main(argv: list[str] | None = None) -> int:
             chosen[m] = min(mine, key=lambda r: r["val_loss"])["peak_lr"]
         result.update({"selection": "lowest validation loss (no label smoothing) after the sweep's steps",
                        "chosen_peak_lr": chosen, "runs": runs})
+    elif args.what == "base":
+        runs = score_all(_score_base_run, folders, 1, args.threads, args.data_dir,
+                         args.sentences, str(get_device(args.device)))
+        for (cfg, folder), r in zip(jobs, runs):
+            r["candidate"] = folder.name
+        chosen = max(runs, key=lambda r: r["val_bleu"])
+        test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+        examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
+                     "hypothesis": chosen["hypotheses"][i]}
+                    for i in EXAMPLES if i < len(chosen["hypotheses"])]
+        for r in runs:
+            del r["hypotheses"]
+        result.update({"selection": "candidate and checkpoint average with the best validation BLEU "
+                                    "(beam search); the test set is scored but never chooses",
+                       "chosen": chosen["candidate"], "test_bleu": chosen["test_bleu"],
+                       "bleu_signature": chosen["bleu_signature"],
+                       "example_rule": EXAMPLE_RULE.replace(", seed 0 of each model", ""),
+                       "examples": examples, "runs": runs})
     else:
         runs = score_all(_score_board_run, folders, args.jobs, args.threads, args.data_dir,
                          args.sentences, str(get_device(args.device)))
@@ -341,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in runs), 1)
     result["load_average_after"] = round(os.getloadavg()[0], 2)
     args.results.mkdir(parents=True, exist_ok=True)
-    name = "sweep.json" if args.what == "sweep" else "board.json"
+    name = {"sweep": "sweep.json", "board": "board.json", "base": "cpu_base.json"}[args.what]
     (args.results / name).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.results / name}")
     return 0

@@ -80,6 +80,13 @@ PRESETS = {
                             dropout=0.0, vocab_size=4000, max_tokens=2048, max_steps=1200,
                             warmup=200, eval_every=100, beam_size=4, precision="auto",
                             compile=False),
+    # an evening on a laptop: at most 30 minutes of training on 2 CPU cores (chapter 9; size,
+    # batch, schedule, dropout and checkpoint averaging chosen on the validation set by
+    # `python -m attnbook.experiments base`, results/cpu/cpu_base.json)
+    "cpu-base": TrainConfig(preset="cpu-base", d_model=192, h=4, d_ff=768, n_layers=3,
+                            dropout=0.1, vocab_size=6000, max_tokens=4096, max_steps=1800,
+                            warmup=300, eval_every=200, beam_size=4, precision="auto",
+                            snapshot_steps=(1000, 1200, 1400, 1600), compile=False),
     # the test suite's smoke run: seconds
     "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
                          vocab_size=1000,
@@ -100,6 +107,8 @@ PRESETS = {
 PEAK_LR = {
     "cpu-tiny": {"transformer": 6e-3, "decoder-only": 6e-3, "gru": 1.6e-2, "gru-additive": 8e-3,
                  "gru-dot": 8e-3},
+    "cpu-base": {"transformer": 3e-3, "decoder-only": 3e-3, "gru": 8e-3, "gru-additive": 4e-3,
+                 "gru-dot": 4e-3},
     "smoke": {m: 3e-3 for m in ALL_MODELS},
     "gpu-base": {"transformer": 512 ** -0.5 * 2000 ** -0.5,
                  "decoder-only": 512 ** -0.5 * 2000 ** -0.5,

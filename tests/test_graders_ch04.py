@@ -80,6 +80,29 @@ def test_sdpa_naive_exp_overflows_with_a_hint():
                  sdpa(q, k, v, mask, causal, softmax=exp_over_sum), "NaN", "torch.softmax")
 
 
+def shifted_causal(shift, **switches):
+    """Attention whose causal mask is torch.tril(..., diagonal=shift) instead of diagonal=0."""
+    def fn(q, k, v, mask=None, causal=False):
+        if causal:
+            T, S = q.shape[-2], k.shape[-2]
+            c = torch.ones(T, S, dtype=torch.bool).tril(S - T + shift)
+            mask = c if mask is None else mask & c
+        return sdpa(q, k, v, mask, **switches)
+    return fn
+
+
+@pytest.mark.parametrize("wrong,fragments", [
+    (shifted_causal(1), ["off by one", "lets position t see t + 1", "diagonal=1"]),
+    (shifted_causal(1, safe_rows=False), ["off by one", "see t + 1"]),
+    (shifted_causal(-1), ["blocks the diagonal", "must see itself", "diagonal=-1"]),
+    (shifted_causal(-1, safe_rows=False), ["blocks the diagonal", "must see itself"]),  # NaN row 0
+    (shifted_causal(-1, fill=-1e9, safe_rows=False), ["blocks the diagonal"]),  # uniform row 0
+])
+def test_sdpa_causal_mask_off_by_one_is_named(wrong, fragments):
+    message = assert_fails("ex-04-sdpa", wrong, *fragments)
+    assert "-inf" not in message and "overflow" not in message  # the -inf are already there
+
+
 # --- ex-04-attention-entropy: attention_entropy(d_k, scaled=True, n=1000, S=32) -> float -------
 
 def entropy(d_k, scaled=True, n=1000, S=32, *, ignore_scaled=False, log=torch.log,

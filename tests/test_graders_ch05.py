@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from attnbook import graders as G
 from attnbook.attention import causal_mask, scaled_dot_product_attention
+from attnbook.graders import ch05_multi_head_attention as G
 from attnbook.mha import MultiHeadAttention
 from graderkit import assert_fails, grade, stub  # noqa: F401
 
@@ -100,6 +100,78 @@ def test_mhsa_reference_passes_and_stub_fails():
 ])
 def test_mhsa_wrong_answers_get_a_precise_hint(wrong, fragments):
     assert_fails("ex-05-mhsa", wrong, *fragments)
+
+
+def mhsa_two_sided(x, W_q, W_k, W_v, W_o, h, key_mask=None, causal=False, *, fill=None):
+    """Also blocks the rows of padded queries (the two-sided mask of chapter 4): with the book's
+    attention those rows get zero weights; with ``fill`` and a plain softmax, -1e9 makes them
+    uniform and -inf makes them NaN."""
+    if key_mask is None:
+        return mhsa(x, W_q, W_k, W_v, W_o, h, key_mask, causal)
+    B, T, d = x.shape
+    split = lambda t: t.view(B, T, h, d // h).transpose(1, 2)  # noqa: E731
+    q, k, v = split(x @ W_q), split(x @ W_k), split(x @ W_v)
+    mask = key_mask[:, None, None, :] & key_mask[:, None, :, None]       # (B, 1, T, T)
+    if causal:
+        mask = mask & causal_mask(T)
+    if fill is None:
+        heads, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    else:
+        scores = (q @ k.transpose(-2, -1) / (d // h) ** 0.5).masked_fill(~mask, fill)
+        w = scores.softmax(-1)
+        heads = w @ v
+    return heads.transpose(1, 2).reshape(B, T, d) @ W_o, w
+
+
+@pytest.mark.parametrize("fill", [None, -1e9])
+def test_mhsa_that_also_blocks_padded_queries_passes_with_a_note(fill):
+    result = grade("ex-05-mhsa", lambda *a, **k: mhsa_two_sided(*a, **k, fill=fill))
+    assert result.passed, result.message
+    assert "passed 14 checks. Note:" in result.message
+    assert "rows of padded query positions differ" in result.message
+    assert "real positions match" in result.message
+
+
+def test_mhsa_reference_passes_without_a_note():
+    assert "Note" not in grade("ex-05-mhsa", mhsa).message
+
+
+@pytest.mark.parametrize("wrong,fragments", [
+    (lambda *a, **k: mhsa_two_sided(*a, **k, fill=float("-inf")),
+     ["rows of padded query positions are NaN", "real positions match", "block only the padded keys"]),
+    (wrong_mhsa(shift=1), ["off by one", "lets position t see t + 1"]),
+    (wrong_mhsa(shift=-1), ["blocks the diagonal", "must see itself"]),
+])
+def test_mhsa_padded_rows_and_off_by_one_get_a_precise_hint(wrong, fragments):
+    assert_fails("ex-05-mhsa", wrong, *fragments)
+
+
+def test_mhsa_off_by_one_with_a_plain_softmax_is_named_not_nan():
+    def diagonal_blocked(x, W_q, W_k, W_v, W_o, h, key_mask=None, causal=False):
+        B, T, d = x.shape
+        split = lambda t: t.view(B, T, h, d // h).transpose(1, 2)  # noqa: E731
+        q, k, v = split(x @ W_q), split(x @ W_k), split(x @ W_v)
+        scores = q @ k.transpose(-2, -1) / (d // h) ** 0.5
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+        if causal:                   # query 0 sees no key: its row of weights is NaN
+            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(-1), float("-inf"))
+        w = scores.softmax(-1)
+        return (w @ v).transpose(1, 2).reshape(B, T, d) @ W_o, w
+    message = assert_fails("ex-05-mhsa", diagonal_blocked, "blocks the diagonal")
+    assert "NaN" not in message
+
+
+def test_mhsa_that_blocks_only_query_rows_still_fails():
+    def rows_only(x, W_q, W_k, W_v, W_o, h, key_mask=None, causal=False):
+        if key_mask is None:
+            return mhsa(x, W_q, W_k, W_v, W_o, h, key_mask, causal)
+        B, T, d = x.shape
+        split = lambda t: t.view(B, T, h, d // h).transpose(1, 2)  # noqa: E731
+        heads, w = scaled_dot_product_attention(split(x @ W_q), split(x @ W_k), split(x @ W_v),
+                                                mask=key_mask[:, None, :, None], causal=causal)
+        return heads.transpose(1, 2).reshape(B, T, d) @ W_o, w
+    assert_fails("ex-05-mhsa", rows_only, "weights on")
 
 
 # --- ex-05-head-contributions -------------------------------------------------------------------

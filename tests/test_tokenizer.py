@@ -104,3 +104,20 @@ def test_multi30k_tokenizer_splits_german_and_english():
         ids = tok.encode(s)
         assert UNK_ID not in ids and tok.decode(ids) == s
         assert len(ids) < len(s.split()) * 2
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\ufeff", "\u200e", " \u200b\ufeff "])
+def test_a_sentence_of_invisible_characters_is_empty(tok, invisible):
+    # sentencepiece's normalisation drops these characters: no ids, so an error as for ""
+    with pytest.raises(TokenizerError, match="empty sentence: .* holds only invisible characters"):
+        tok.encode(invisible)
+    with pytest.raises(TokenizerError, match="^sentence 2: cannot encode an empty sentence"):
+        tok.encode_batch(["A dog.", "A cat.", invisible])
+    assert tok.encode("A dog.\u200b") == tok.encode("A dog.")
+
+
+def test_a_vocabulary_too_small_or_too_large_says_which(tmp_path):
+    with pytest.raises(TokenizerError, match=r"smaller than required_chars.*try a larger vocab_size"):
+        train_tokenizer(SENTENCES, vocab_size=8, folder=tmp_path)
+    with pytest.raises(TokenizerError, match=r"too high.*try a smaller vocab_size"):
+        train_tokenizer(SENTENCES, vocab_size=5000, folder=tmp_path)

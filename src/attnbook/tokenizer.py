@@ -64,8 +64,9 @@ class Tokenizer:
                max_len: int | None = None) -> list[int]:
         """Token ids of one sentence, optionally wrapped in BOS ... EOS.
 
-        Raises TokenizerError for an empty sentence, and for a sentence longer than ``max_len``
-        ids (counting BOS and EOS): nothing is truncated silently.
+        Raises TokenizerError for an empty sentence (also one of invisible characters only,
+        such as U+200B, U+FEFF or U+200E, which the tokenizer's normalisation drops), and for a
+        sentence longer than ``max_len`` ids (counting BOS and EOS): nothing is truncated silently.
         """
         if not isinstance(text, str):
             raise TokenizerError(f"encode expects a str, got {type(text).__name__}")
@@ -73,6 +74,10 @@ class Tokenizer:
             raise TokenizerError("cannot encode an empty sentence: remove it from the data, "
                                  "or check that the source and target files are aligned")
         ids = self.sp.encode(text)
+        if not ids:
+            raise TokenizerError(f"cannot encode an empty sentence: {ascii(text)[:60]} holds only "
+                                 "invisible characters, which the tokenizer drops; remove it "
+                                 "from the data, or fill in the sentence")
         ids = [BOS_ID] * bos + ids + [EOS_ID] * eos
         if max_len is not None and len(ids) > max_len:
             raise TokenizerError(f"sentence has {len(ids)} tokens, more than max_len={max_len}: "
@@ -145,10 +150,12 @@ def train_tokenizer(sentences: Sequence[str], vocab_size: int = 8000, name: str 
         try:
             spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=prefix,
                                            minloglevel=2, **settings)
-        except RuntimeError as e:
+        except RuntimeError as e:  # "INTERNAL: file(line) [check] Vocabulary size too high ..."
+            reason = ". ".join(str(e).split("] ", 1)[-1].split(". ")[:2]).strip(" .")
+            way = "larger" if "smaller than" in reason else "smaller"
             raise TokenizerError(f"sentencepiece could not train a {vocab_size}-piece vocabulary "
-                                 f"on {len(sentences)} sentences ({e}); try a smaller vocab_size"
-                                 ) from e
+                                 f"on {len(sentences)} sentences ({reason}); try a {way} "
+                                 "vocab_size") from e
         os.replace(prefix + ".model", path)  # atomic: a crash never leaves half a model
     return Tokenizer(path)
 

@@ -192,3 +192,56 @@ def test_two_processes_with_gloo_equal_one_process_with_the_same_global_batch(tm
     # only rank 0 wrote: one log line per evaluation, one metrics file
     assert len((tmp_path / "ddp" / "log.jsonl").read_text().splitlines()) == 1
     assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["processes"] == 2
+
+
+@needs_data
+def test_a_crash_between_log_line_and_checkpoint_logs_each_step_once(tmp_path, monkeypatch):
+    """Killed after writing step 6's log line but before its checkpoint: the resumed run starts
+    from step 3's checkpoint and logs step 6 again. Resuming trims the log to the checkpoint's
+    step (a line cut by the crash goes too): one line per evaluation, equal to a run without the
+    crash but for the clock, and bit-identical weights."""
+    import attnbook.train as train_module
+    cfg = replace(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=2, dropout=0.1)
+    train(cfg, tmp_path / "a", device=torch.device("cpu"), progress=False)
+    save = train_module.save_checkpoint
+
+    def crash_at_step_6(path, **state):
+        if state.get("step") == 6:
+            raise KeyboardInterrupt("killed")
+        save(path, **state)
+
+    monkeypatch.setattr(train_module, "save_checkpoint", crash_at_step_6)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "b", device=torch.device("cpu"), progress=False)
+    monkeypatch.setattr(train_module, "save_checkpoint", save)
+    log_b = tmp_path / "b" / "log.jsonl"
+    assert [json.loads(line)["step"] for line in log_b.read_text().splitlines()] == [3, 6]
+    with open(log_b, "a") as f:
+        f.write('{"step": 7, "train_lo')                  # and a line cut in the middle
+    assert load_checkpoint(tmp_path / "b" / "checkpoint.pt")["step"] == 3
+    train(cfg, tmp_path / "b", resume=True, device=torch.device("cpu"), progress=False)
+
+    def log(run):
+        lines = [json.loads(line) for line in (tmp_path / run / "log.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in line.items() if k != "elapsed_s"} for line in lines]
+    assert [line["step"] for line in log("b")] == [3, 6, 8]
+    assert log("b") == log("a")
+    a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")["model"]
+    b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # a fresh run into the folder starts a fresh log
+    train(replace(cfg, max_steps=3), tmp_path / "b", device=torch.device("cpu"), progress=False,
+          evaluate=False)
+    assert [line["step"] for line in log("b")] == [3]
+
+
+@needs_data
+def test_resuming_with_other_options_names_each_difference(tmp_path):
+    cfg = replace(PRESETS["smoke"], max_steps=2, eval_every=2)
+    train(cfg, tmp_path, device=torch.device("cpu"), progress=False, evaluate=False)
+    with pytest.raises(ValueError, match=r"another configuration \(d_model: checkpoint 32, asked "
+                                         r"64; dropout: checkpoint 0.0, asked 0.1\)"):
+        train(replace(cfg, d_model=64, dropout=0.1, max_steps=4), tmp_path, resume=True,
+              progress=False)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .*; train first, or drop --resume"):
+        train(cfg, tmp_path / "none", resume=True, progress=False)

@@ -1,20 +1,38 @@
 """Run folders (chapter 9): checkpoints written atomically and loaded safely, a trained run's
-model and tokenizer, and checkpoint averaging.
+model and tokenizer, the log kept to one line per evaluation, and checkpoint averaging.
 
 A run folder written by ``python -m attnbook.train`` holds ``checkpoint.pt`` (model, optimizer,
 schedule, data position and random states), ``tokenizer.model``, ``log.jsonl`` (one line per
 evaluation), ``metrics.json`` and, if asked for, ``snapshots/step_N.pt`` (weights only).
+
+A missing, damaged or foreign file raises :class:`RunError` (a ValueError; a missing one is also a
+FileNotFoundError) whose one-line message names the file and the fix.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import torch
 
-from .recipe import TrainConfig, build_model
-from .tokenizer import Tokenizer
+from .recipe import EXTENDABLE, TrainConfig, build_model, same_run, upgrade_config
+from .tokenizer import Tokenizer, TokenizerError
 from .utils import get_device
+
+
+class RunError(ValueError):
+    """A run folder or checkpoint that cannot be used; the message names the file and the fix."""
+
+
+class MissingRunFile(RunError, FileNotFoundError):
+    """A file of a run folder (or the folder) does not exist."""
+
+
+def _reason(e: Exception) -> str:
+    """The first sentence of an exception, for a one-line message: 'EOFError', 'KeyError: 101'."""
+    first = str(e).strip().split("\n")[0].split(". ")[0].strip(" .")
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
 def save_checkpoint(path: Path, **state) -> None:
@@ -24,22 +42,92 @@ def save_checkpoint(path: Path, **state) -> None:
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: Path, device="cpu") -> dict:
-    """Load safely: ``weights_only=True`` refuses anything but tensors and plain containers."""
+def load_checkpoint(path: Path, device="cpu",
+                    missing: str = "train a run first with `python -m attnbook.train`") -> dict:
+    """Load safely: ``weights_only=True`` refuses anything but tensors and plain containers.
+
+    A missing file raises MissingRunFile "no checkpoint at PATH; ``missing``" (the fix for the
+    caller: train's ``--resume`` and a run to translate with need different ones); a damaged,
+    truncated or foreign file raises RunError.
+    """
+    path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}; train first, or drop --resume")
-    return torch.load(path, map_location=device, weights_only=True)
+        raise MissingRunFile(f"no checkpoint at {path}; {missing}")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # UnpicklingError, RuntimeError (a cut zip archive), EOFError, KeyError
+        raise RunError(f"{path} is not a readable checkpoint ({_reason(e)}): it is damaged or "
+                       "truncated (an interrupted copy?) or was not written by attnbook.train; "
+                       "copy it again from where the run was trained, or train the run again"
+                       ) from e
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise RunError(f"{path} holds no model weights: it was not written by attnbook.train; "
+                       "give the checkpoint.pt of a run folder")
+    return ckpt
+
+
+def check_resumable(ckpt: dict, cfg: dict, world: int, path: Path) -> None:
+    """Raise RunError, naming each option that differs, unless checkpoint ``ckpt`` (read from
+    ``path``) was trained with configuration ``cfg`` (up to recipe.EXTENDABLE) by ``world``
+    processes: resuming with other options would silently train another run."""
+    saved, asked = upgrade_config(ckpt["config"]), upgrade_config(cfg)
+    diff = [f"{k}: checkpoint {saved.get(k)}, asked {asked.get(k)}" for k in {**saved, **asked}
+            if k not in EXTENDABLE and saved.get(k, ...) != asked.get(k, ...)]
+    if ckpt.get("world_size", 1) != world:
+        diff.append(f"processes: checkpoint {ckpt.get('world_size', 1)}, asked {world}")
+    if diff or not same_run(ckpt["config"], cfg):
+        raise RunError(f"{path} was trained with another configuration ({'; '.join(diff)}); "
+                       "resume with the options it was trained with (preset, flags and "
+                       "--nproc_per_node), or train into a new --out folder")
+
+
+def trim_log(path: Path, step: int) -> None:
+    """Keep the lines of ``log.jsonl`` up to ``step`` (the checkpoint's), atomically.
+
+    A run killed after writing a log line but before its checkpoint would otherwise log those
+    steps twice once resumed, and a line cut by the crash is not JSON: both go, so the log keeps
+    one line per evaluation. A fresh run (step 0) starts an empty log."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                keep.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            pass
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(keep), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def load_run(run: Path, device=None):
-    """The model and tokenizer of a run folder written by ``python -m attnbook.train``."""
+    """The model, tokenizer and config of a run folder written by ``python -m attnbook.train``.
+
+    Raises RunError (MissingRunFile for a missing folder or file) naming the file and the fix.
+    """
     run = Path(run)
     device = device or get_device()
+    train_one = f"train one with `python -m attnbook.train --preset cpu-tiny --out {run}`"
     if not run.is_dir():
-        raise FileNotFoundError(f"{run} is not a run folder; train one with "
-                                "`python -m attnbook.train --preset cpu-tiny --out RUN`")
-    ckpt = load_checkpoint(run / "checkpoint.pt", device)
-    tok = Tokenizer(run / "tokenizer.model")
+        raise MissingRunFile(f"{run} is not a run folder; {train_one}")
+    path = run / "checkpoint.pt"
+    ckpt = load_checkpoint(path, device, missing=f"give the folder of a trained run, or {train_one}")
+    if "config" not in ckpt or "vocab_size" not in ckpt:
+        raise RunError(f"{path} holds weights only (a snapshot?), not a run's checkpoint: "
+                       "give a run folder whose checkpoint.pt was written by attnbook.train")
+    tok_path = run / "tokenizer.model"
+    copy = "copy the run's tokenizer.model from where it was trained (a model works with its own only)"
+    if not tok_path.is_file():
+        raise MissingRunFile(f"no tokenizer at {tok_path}; {copy}")
+    try:
+        tok = Tokenizer(tok_path)
+    except TokenizerError:
+        raise RunError(f"{tok_path} is not a tokenizer of attnbook (damaged, or another "
+                       f"sentencepiece model); {copy}") from None
+    if tok.vocab_size != ckpt["vocab_size"]:
+        raise RunError(f"{tok_path} has {tok.vocab_size} pieces but the model of {path} was "
+                       f"trained with {ckpt['vocab_size']}: it is another run's tokenizer; {copy}")
     cfg = TrainConfig.from_dict(ckpt["config"])
     model = build_model(cfg, ckpt["vocab_size"]).to(device)
     model.load_state_dict(ckpt["model"])

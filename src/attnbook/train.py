@@ -35,9 +35,9 @@ from .bleu import bleu_score
 from .data import load_multi30k
 from .mha import MultiHeadAttention
 from .recipe import (ALL_MODELS, PRESETS, TrainConfig, build_model, forward_logits, preset,
-                     same_run, translation_loss, warmup_lr)
+                     translation_loss, warmup_lr)
 from .rnn import Seq2Seq
-from .runs import load_checkpoint, save_checkpoint
+from .runs import check_resumable, load_checkpoint, save_checkpoint, trim_log
 from .tokenizer import Tokenizer, multi30k_tokenizer
 from .utils import PRECISIONS, choose_precision, count_parameters, deterministic, get_device, versions
 
@@ -138,7 +138,9 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     ``evaluate=False`` skips the final BLEU (the experiments decode their snapshots later).
 
     At every evaluation ``log.jsonl`` gets the step, the losses, the elapsed training time and
-    the attention entropy of every attention layer on the first validation batch.
+    the attention entropy of every attention layer on the first validation batch. A run first
+    cuts the log back to its starting step (``runs.trim_log``): a crash between a log line and
+    its checkpoint would otherwise log those steps twice once resumed.
     """
     import torch.distributed as dist
     from tqdm import tqdm   # a text bar (tqdm.auto warns in notebooks without ipywidgets)
@@ -162,12 +164,9 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     scaler = precision.grad_scaler(device)
     step, epoch, next_batch, tokens_seen, elapsed = 0, 0, 0, 0, 0.0
     ckpt_path = out / "checkpoint.pt"
-    if resume:
-        ckpt = load_checkpoint(ckpt_path, device)
-        if not same_run(ckpt["config"], asdict(cfg)) or ckpt.get("world_size", 1) != world:
-            raise ValueError(f"{ckpt_path} was trained with another configuration or number of "
-                             "processes; resume with the same preset, options and --nproc_per_node, "
-                             "or use a new --out folder")
+    if resume:  # RunError if the checkpoint is missing, damaged or of other options
+        ckpt = load_checkpoint(ckpt_path, device, missing="train first, or drop --resume")
+        check_resumable(ckpt, asdict(cfg), world, ckpt_path)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
@@ -219,6 +218,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     bar = tqdm(total=cfg.max_steps, initial=step, disable=not (progress and main_rank),
                unit="step", dynamic_ncols=True, desc=cfg.preset)
     steps_this_call, start = 0, time.perf_counter()
+    if main_rank:  # the log's lines after the checkpoint's step (a crash) are logged again
+        trim_log(out / "log.jsonl", step)
     log = open(out / "log.jsonl", "a") if main_rank else None
 
     def finished() -> bool:  # all steps done, or the time budget spent (rank 0's clock decides)

@@ -52,6 +52,13 @@ def _repeat_rows(memory, k: int):
     return memory.repeat_interleave(k, dim=0)
 
 
+def _take_rows(memory, rows: torch.Tensor):
+    """Rows ``rows`` of a memory (a tensor or the GRU models' tuple of tensors)."""
+    if isinstance(memory, tuple):
+        return tuple(m.index_select(0, rows) for m in memory)
+    return memory.index_select(0, rows)
+
+
 def _select_rows(cache, rows: torch.Tensor):
     """Keep rows ``rows`` (along the batch) of every tensor in a cache, in place: when beam search
     reorders its hypotheses, each one's cached keys and values (or state) must follow it."""
@@ -159,6 +166,7 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int
     fin = torch.full((B, k, 1), PAD_ID, dtype=torch.long, device=device)  # (B, k, t), PAD after EOS
     fin_score = torch.full((B, k), ninf, device=device)                    # (B, k), best first
     hyps, scores = [None] * B, [None] * B
+    active = torch.arange(B, device=device)  # (B,): the input rows of the sentences still searched
     for t in range(1, int(limit.max()) + 1):          # t: tokens (EOS included) after this step
         logp = _next_log_probs(model, alive.view(B * k, t), memory, src_mask_k, cache, min_len)
         V = logp.shape[-1]                  # 1. extend every alive hypothesis by every token
@@ -181,15 +189,23 @@ def beam_search(model, src: torch.Tensor, src_mask: torch.Tensor, beam_size: int
         # a sentence stops when its best finished score beats what any alive one can reach
         stop = (fin_score[:, 0] >= alive_lp[:, 0] / max_penalty) | (t >= limit)  # (B,)
         for b in stop.nonzero().view(-1).tolist():
-            if hyps[b] is not None:
-                continue                    # stopped earlier: its answer is fixed
+            i = int(active[b])              # the sentence's place in the input batch
             if fin_score[b, 0] > ninf:
-                hyps[b], scores[b] = _strip(fin[b, 0, 1:].tolist()), float(fin_score[b, 0])
+                hyps[i], scores[i] = _strip(fin[b, 0, 1:].tolist()), float(fin_score[b, 0])
             else:                           # nothing finished by max_len: the best alive one
-                hyps[b] = alive[b, 0, 1:].tolist()
-                scores[b] = float(alive_lp[b, 0] / length_penalty(t, alpha))
-        if all(h is not None for h in hyps):
+                hyps[i] = alive[b, 0, 1:].tolist()
+                scores[i] = float(alive_lp[b, 0] / length_penalty(t, alpha))
+        if stop.all():
             break
+        if stop.any():                      # the search goes on for the other sentences only
+            keep = (~stop).nonzero().view(-1)                                 # (B',)
+            rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)  # (B'*k,)
+            alive, alive_lp, fin, fin_score = alive[keep], alive_lp[keep], fin[keep], fin_score[keep]
+            limit, max_penalty, active = limit[keep], max_penalty[keep], active[keep]
+            memory, src_mask_k = _take_rows(memory, rows), src_mask_k[rows]
+            if cache is not None:
+                _select_rows(cache, rows)
+            B = keep.numel()
     return (hyps, scores) if return_scores else hyps
 
 

@@ -194,6 +194,10 @@ def _bad_files(case, d):
         return ["--ref", ref], ["--ref needs --src"]
     if case == "src with split":
         return ["--src", src, "--ref", ref, "--split", "val"], ["--split val cannot be combined"]
+    if case == "invisible line":
+        bad = write(d / "zwsp.de", GOOD_DE[:1] + ["\u200b\u200e"] + GOOD_DE[2:])
+        return ["--src", bad, "--ref", ref], [f"--src {bad}: line 2 holds only invisible characters",
+                                              "remove it from both files"]
     if case == "too long":
         bad = write(d / "long.de", GOOD_DE[:1] + ["Ein Hund rennt. " * 200] + GOOD_DE[2:])
         return ["--src", bad, "--ref", ref], [f"--src {bad}: line 2 has more than 256 tokens"]
@@ -203,7 +207,7 @@ def _bad_files(case, d):
 BAD_CASES = ["missing src", "missing ref", "not gzip", "truncated gzip", "gzip without .gz",
              "not utf-8", "not utf-8 in gzip", "misaligned", "empty line", "whitespace-only line",
              "two newlines at the end", "several empty lines", "empty file", "empty gzip file",
-             "src without ref", "ref without src", "src with split", "too long"]
+             "src without ref", "ref without src", "src with split", "too long", "invisible line"]
 
 
 @pytest.mark.parametrize("case", BAD_CASES)

@@ -10,13 +10,13 @@ The metric is :mod:`attnbook.bleu` (sacreBLEU, with its signature), the translat
 
 ``--src``/``--ref`` evaluate on any test set: two aligned files, plain UTF-8 text or gzip
 (``.gz``), one sentence per line, the source in the run's source language. A file that is
-missing, empty, not UTF-8 or not valid gzip, files of different lengths, an empty line, or a
-source sentence too long for the model is an error that names it (exit status 2): nothing is
-dropped or cut.
+missing, empty, not UTF-8 or not valid gzip, files of different lengths, an empty line (or a
+source line of invisible characters only, such as U+200B), a source sentence too long for the
+model, or a run folder that is missing or damaged is a one-line error that names it and its line
+(exit status 2): nothing is dropped or cut.
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import re
@@ -25,10 +25,10 @@ import zlib
 from pathlib import Path
 
 from .bleu import bleu, bleu_by_length, bleu_score  # noqa: F401 (re-exported)
+from .cli import Parser, UsageError, add_common, apply_common, fail
 from .data import SPLITS, DataError, load_multi30k
 from .decoding import MAX_SOURCE_TOKENS, translate  # noqa: F401 (re-exported)
-from .runs import load_run
-from .utils import get_device
+from .runs import RunError, load_run
 
 
 def _lines(numbers: list[int]) -> str:
@@ -92,19 +92,21 @@ def read_test_set(src: str | Path, ref: str | Path) -> list[tuple[str, str]]:
     return list(zip(sources, references))
 
 
+def invisible(tokenizer, sentences: list[str]) -> list[int]:
+    """1-based numbers of the sentences the tokenizer reads as empty: invisible characters only
+    (such as U+200B, U+FEFF, U+200E), which its normalisation drops."""
+    return [i + 1 for i, s in enumerate(sentences) if not tokenizer.pieces(s)]
+
+
 def too_long(tokenizer, sentences: list[str], max_tokens: int = MAX_SOURCE_TOKENS) -> list[int]:
     """1-based numbers of the sentences of more than ``max_tokens`` tokens (as translate counts)."""
     return [i + 1 for i, s in enumerate(sentences) if len(tokenizer.encode(s)) > max_tokens]
 
 
 def main(argv: list[str] | None = None) -> int:
-    def fail(message) -> int:
-        print("error: " + " ".join(str(message).split()), file=sys.stderr)
-        return 2
-
-    p = argparse.ArgumentParser(prog="python -m attnbook.evaluate",
-                                description="BLEU (sacreBLEU) of a trained run on a Multi30k split "
-                                            "or on a test set of your own (--src and --ref).")
+    p = Parser(prog="python -m attnbook.evaluate",
+               description="BLEU (sacreBLEU) of a trained run on a Multi30k split "
+                           "or on a test set of your own (--src and --ref).")
     p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")
     p.add_argument("--split", choices=[s for s in SPLITS if s != "train"], default=None,
                    help="Multi30k split (default: test_2016_flickr)")
@@ -112,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref", help="reference translations, aligned with --src")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
     p.add_argument("--sentences", type=int, default=0, help="only the first N sentences (0 = all)")
-    p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
-    p.add_argument("--device", default=None)
+    add_common(p, "device", "threads", "data-dir")
     p.add_argument("--save", type=Path, help="also write the translations to this file, one per line")
     args = p.parse_args(argv)
     if args.beam is not None and args.beam < 1:
@@ -135,15 +136,22 @@ def main(argv: list[str] | None = None) -> int:
             return fail(e)
         name, lines_of = f"{args.src} -> {args.ref}", f"--src {args.src}"
     try:
-        model, tok, cfg = load_run(args.run, get_device(args.device))
+        model, tok, cfg = load_run(args.run, apply_common(args))
         if not own:
             args.split = args.split or "test_2016_flickr"
             pairs = load_multi30k(args.split, cfg.src_lang, cfg.tgt_lang, args.data_dir)
             name, lines_of = args.split, f"--split {args.split}"
-    except (FileNotFoundError, DataError, ValueError) as e:     # ValueError: a bad tokenizer file
+    except (UsageError, RunError, DataError) as e:
         return fail(e)
     total = len(pairs)
     pairs = pairs[:args.sentences] if args.sentences else pairs
+    blank = invisible(tok, [s for s, _ in pairs])
+    if blank:
+        one = len(blank) == 1
+        return fail(f"{lines_of}: {_lines(blank)} {'holds' if one else 'hold'} only invisible "
+                    "characters (such as U+200B, U+FEFF, U+200E), which the tokenizer drops: "
+                    f"remove {'it' if one else 'them'} from both files (keeping them aligned), "
+                    "or fill in the sentence")
     long = too_long(tok, [s for s, _ in pairs])
     if long:
         return fail(f"{lines_of}: {_lines(long)} {'has' if len(long) == 1 else 'have'} "

@@ -2,8 +2,9 @@
 model and tokenizer, the log kept to one line per evaluation, and checkpoint averaging.
 
 A run folder written by ``python -m attnbook.train`` holds ``checkpoint.pt`` (model, optimizer,
-schedule, data position and random states), ``tokenizer.model``, ``log.jsonl`` (one line per
-evaluation), ``metrics.json`` and, if asked for, ``snapshots/step_N.pt`` (weights only).
+schedule, data position and random states), ``tokenizer.model``, ``config.json`` (the run's
+configuration, written when the command starts), ``log.jsonl`` (one line per evaluation),
+``metrics.json`` and, if asked for, ``snapshots/step_N.pt`` (weights only).
 
 A missing, damaged or foreign file raises :class:`RunError` (a ValueError; a missing one is also a
 FileNotFoundError) whose one-line message names the file and the fix.

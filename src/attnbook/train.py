@@ -13,33 +13,34 @@ Apple MPS, float32 on a CPU; ``--precision`` forces one), and ``--compile`` comp
 with ``torch.compile`` (on any device; on a CPU it needs a C++ compiler).
 
 A run writes into its folder: ``checkpoint.pt`` (model, optimizer, schedule, data position and
-random states: training resumes exactly where it stopped), ``tokenizer.model``, ``log.jsonl``
-(one line per evaluation) and ``metrics.json`` (BLEU with the sacreBLEU signature, parameters,
-wall time, hardware and versions).
+random states: training resumes exactly where it stopped), ``tokenizer.model``, ``config.json``
+(the command's final configuration), ``log.jsonl`` (one line per evaluation) and
+``metrics.json`` (BLEU with the sacreBLEU signature, parameters, wall time, hardware and
+versions). The command's options (``--d-model``, ``--set KEY=VALUE``, ...) and its one-line
+errors are in ``cli``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from .batching import TranslationBatches
 from .bleu import bleu_score
-from .data import load_multi30k
+from .cli import Parser, UsageError, add_common, add_recipe, apply_common, config_from_args, fail
+from .data import DataError, load_multi30k
 from .mha import MultiHeadAttention
-from .recipe import (ALL_MODELS, PRESETS, TrainConfig, build_model, forward_logits, preset,
-                     translation_loss, warmup_lr)
+from .recipe import TrainConfig, build_model, forward_logits, translation_loss, warmup_lr
 from .rnn import Seq2Seq
-from .runs import check_resumable, load_checkpoint, save_checkpoint, trim_log
-from .tokenizer import Tokenizer, multi30k_tokenizer
-from .utils import PRECISIONS, choose_precision, count_parameters, deterministic, get_device, versions
+from .runs import RunError, check_resumable, load_checkpoint, save_checkpoint, trim_log
+from .tokenizer import Tokenizer, TokenizerError, multi30k_tokenizer
+from .utils import choose_precision, count_parameters, deterministic, get_device, versions
 
 
 @dataclass
@@ -323,59 +324,40 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnbook.train",
-                                description="Train a translator on Multi30k (de->en).")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny")
+    """The command: parse the options, check them, record config.json and train. Every mistake
+    of the user's is one line ``error: <problem>; <fix>`` and exit status 2 (``attnbook.cli``)."""
+    p = Parser(prog="python -m attnbook.train",
+               description="Train a translator on Multi30k (de->en). The recipe options override "
+                           "the preset's values; the run records the final configuration in "
+                           "OUT/config.json.")
     p.add_argument("--out", type=Path, required=True, help="run folder")
-    p.add_argument("--model", choices=ALL_MODELS, help="the model to train (default: the preset's, "
-                   "a Transformer); the GRU models use the preset's GRU learning rate")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
-    p.add_argument("--max-steps", type=int, help="override the preset's number of steps")
-    p.add_argument("--peak-lr", type=float, help="override the preset's peak learning rate")
-    p.add_argument("--seed", type=int, help="random seed (default 0)")
-    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (results depend on it)")
-    p.add_argument("--accum-steps", type=int, help="batches per process and step (default 1)")
-    p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
-    p.add_argument("--precision", choices=PRECISIONS, help="auto (the default: bf16 on recent "
-                   "GPUs, fp16 + GradScaler on a T4 or MPS, fp32 on a CPU), fp32, bf16 or fp16")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the model (default: the preset's; gpu-base compiles)")
-    p.add_argument("--data-dir", help="folder with the Multi30k files (default: $MULTI30K_DIR or the cache)")
+    add_common(p, "preset", "device", "threads", "data-dir")
+    add_recipe(p)
     args = p.parse_args(argv)
-    if args.max_steps is not None and args.max_steps < 1:
-        p.error(f"--max-steps must be at least 1, got {args.max_steps}")
-    if args.peak_lr is not None and not args.peak_lr > 0:
-        p.error(f"--peak-lr must be positive, got {args.peak_lr}")
-    if args.threads is not None:
-        if args.threads < 1:
-            p.error(f"--threads must be at least 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    cfg = preset(args.preset, args.model or "transformer")
-    if args.max_steps:
-        cfg = replace(cfg, max_steps=args.max_steps)
-    if args.peak_lr:
-        cfg = replace(cfg, peak_lr=args.peak_lr)
-    if args.seed is not None:
-        cfg = replace(cfg, seed=args.seed)
-    if args.precision is not None:
-        cfg = replace(cfg, precision=args.precision)
-    if args.compile is not None:
-        cfg = replace(cfg, compile=args.compile)
-    if args.accum_steps is not None:
-        if args.accum_steps < 1:
-            p.error(f"--accum-steps must be at least 1, got {args.accum_steps}")
-        cfg = replace(cfg, accum_steps=args.accum_steps)
-    if args.resume and not (args.out / "checkpoint.pt").is_file():
-        p.error(f"--resume: no checkpoint in {args.out}; train first, or drop --resume")
-    try:
-        device = get_device(args.device)
-    except (RuntimeError, ValueError) as e:
-        p.error(str(e))
-    try:
-        choose_precision(device, cfg.precision)   # e.g. bf16 asked for on a GPU without it
-    except ValueError as e:
-        p.error(f"--precision: {e}")
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        device = apply_common(args)
+        cfg = config_from_args(args)
+        try:
+            choose_precision(device, cfg.precision)   # e.g. bf16 asked for on a GPU without it
+        except ValueError as e:
+            raise UsageError(f"--precision: {e}") from None
+        if args.resume:                                # before anything is written or prepared
+            if not (args.out / "checkpoint.pt").is_file():
+                raise UsageError(f"--resume: no checkpoint in {args.out}; train first, or drop "
+                                 "--resume")
+            check_resumable(load_checkpoint(args.out / "checkpoint.pt"), asdict(cfg), world,
+                            args.out / "checkpoint.pt")
+    except (UsageError, RunError) as e:
+        return fail(e)
+    try:
+        if int(os.environ.get("RANK", "0")) == 0:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    except OSError as e:
+        return fail(f"--out {args.out} cannot be written ({e.strerror or e}); give a folder you "
+                    "can write to")
     if world > 1:  # started by torchrun: one process per GPU (or per CPU share, with gloo)
         import torch.distributed as dist
         if device.type == "cuda":
@@ -384,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
         metrics = train(cfg, args.out, resume=args.resume, data_dir=args.data_dir, device=device)
+    except (DataError, TokenizerError, RunError) as e:  # a missing or damaged file, a bad vocab
+        return fail(e)
     finally:
         if world > 1:
             dist.destroy_process_group()

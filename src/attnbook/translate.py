@@ -1,46 +1,53 @@
 """Translate sentences with a trained run: one sentence per line on stdin, translations on stdout.
 
     echo "Ein Hund rennt durch den Schnee." | python -m attnbook.translate runs/cpu-tiny
+
+A missing or damaged run folder, an empty input, an empty line (or one of invisible characters
+only, such as U+200B) and a line too long for the model are one-line errors that name the input
+line (exit status 2): nothing is dropped or cut.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from .cli import Parser, UsageError, add_common, apply_common, fail
 from .decoding import MAX_SOURCE_TOKENS, translate
-from .runs import load_run
-from .utils import get_device
+from .runs import RunError, load_run
+from .tokenizer import TokenizerError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnbook.translate", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m attnbook.translate", description=__doc__.split("\n")[0])
     p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
-    p.add_argument("--device", default=None)
+    add_common(p, "device", "threads")
     args = p.parse_args(argv)
-    if args.beam is not None and args.beam < 1:
-        p.error(f"--beam must be at least 1, got {args.beam}")
     try:
-        model, tok, cfg = load_run(args.run, get_device(args.device))
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    lines = [line.rstrip("\n") for line in sys.stdin]
+        if args.beam is not None and args.beam < 1:
+            raise UsageError(f"--beam must be at least 1, got {args.beam}")
+        model, tok, cfg = load_run(args.run, apply_common(args))
+    except (UsageError, RunError) as e:
+        return fail(e)
+    try:
+        lines = [line.rstrip("\n") for line in sys.stdin]
+    except UnicodeDecodeError:
+        return fail("the input is not UTF-8 text; convert it to UTF-8, e.g. with iconv -t UTF-8")
     if not lines:
-        print("error: no input; give one sentence per line on standard input", file=sys.stderr)
-        return 2
-    empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+        return fail("no input; give one sentence per line on standard input")
+    empty, long = [], []
+    for n, line in enumerate(lines, 1):      # n: the line number of the input
+        try:
+            if len(tok.encode(line)) > MAX_SOURCE_TOKENS:
+                long.append(n)
+        except TokenizerError:                # empty, or only invisible characters (U+200B...)
+            empty.append(n)
     if empty:
-        print(f"error: input line(s) {empty[:5]} are empty; give one sentence per line",
-              file=sys.stderr)
-        return 2
-    long = [i + 1 for i, line in enumerate(lines) if len(tok.encode(line)) > MAX_SOURCE_TOKENS]
+        return fail(f"input line(s) {empty[:5]} are empty or hold only invisible characters "
+                    "(such as U+200B); give one sentence per line")
     if long:
-        print(f"error: input line(s) {long[:5]} have more than {MAX_SOURCE_TOKENS} tokens; the "
-              "model was trained on single captions: split long text into sentences",
-              file=sys.stderr)
-        return 2
+        return fail(f"input line(s) {long[:5]} have more than {MAX_SOURCE_TOKENS} tokens; the "
+                    "model was trained on single captions: split long text into sentences")
     beam = args.beam or cfg.beam_size
     for hyp in translate(model, tok, lines, beam_size=beam, alpha=cfg.length_alpha):
         print(hyp)

@@ -1,0 +1,187 @@
+"""What the commands share: their common options, train's recipe options, and one-line errors.
+
+Every command (``python -m attnbook.train``, ``evaluate``, ``translate``) fails the same way:
+one line ``error: <problem>; <fix>`` on standard error and exit status 2, never a traceback for
+a mistake of the user's (a bad option, a missing or damaged file). :class:`Parser` does it for
+argparse's own errors, :func:`fail` for the rest.
+
+The recipe options override the preset's values (``--d-model 256 --layers 3``); ``--set
+KEY=VALUE`` reaches every field of :class:`~attnbook.recipe.TrainConfig`. The final configuration
+is checked (:func:`check_config`) before anything runs.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import typing
+from dataclasses import replace
+
+import torch
+
+from .recipe import ALL_MODELS, PRESETS, TrainConfig, preset
+from .utils import PRECISIONS, get_device
+
+
+class UsageError(ValueError):
+    """A bad option value; the message names the option and the fix."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line ``error: ...; see PROG --help`` (exit status 2)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}; see `{self.prog} --help`\n")
+
+
+def fail(message) -> int:
+    """Print ``error: <message>`` as one line on standard error; returns the exit status, 2."""
+    print("error: " + " ".join(str(message).split()), file=sys.stderr)
+    return 2
+
+
+# --- The options every command shares --------------------------------------------------------
+
+def add_common(p: argparse.ArgumentParser, *names: str) -> None:
+    """Add the shared options ``names``: any of "preset", "device", "threads", "data-dir"."""
+    if "preset" in names:
+        p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny",
+                       help="the recipe to start from (default: cpu-tiny)")
+    if "device" in names:
+        p.add_argument("--device", help="cpu, cuda (or cuda:N) or mps (default: the best available)")
+    if "threads" in names:
+        p.add_argument("--threads", type=int,
+                       help="CPU threads for PyTorch (default: PyTorch's; results depend on it)")
+    if "data-dir" in names:
+        p.add_argument("--data-dir", help="folder with the Multi30k files "
+                                          "(default: $MULTI30K_DIR or the cache)")
+
+
+def apply_common(args: argparse.Namespace) -> torch.device:
+    """Set the threads (``--threads``) and return the device (``--device``); UsageError if bad."""
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        if threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    try:
+        return get_device(getattr(args, "device", None))
+    except (RuntimeError, ValueError) as e:
+        raise UsageError(f"--device: {e}") from None
+
+
+# --- The recipe options of python -m attnbook.train ------------------------------------------
+
+# TrainConfig field: (flag, argparse keywords). Every other field is reached by --set.
+OPTIONS = {
+    "model": ("--model", dict(choices=ALL_MODELS, help="the model (default: a Transformer); the "
+                                                       "GRU models use the preset's GRU peak rate")),
+    "d_model": ("--d-model", dict(type=int, help="model width")),
+    "n_layers": ("--layers", dict(type=int, help="layers of the encoder and of the decoder")),
+    "h": ("--heads", dict(type=int, help="attention heads (must divide --d-model)")),
+    "d_ff": ("--d-ff", dict(type=int, help="feed-forward width")),
+    "dropout": ("--dropout", dict(type=float, help="dropout rate, in [0, 1)")),
+    "norm_first": ("--norm-first", dict(action=argparse.BooleanOptionalAction,
+                                        help="pre-LN blocks, or post-LN as in the paper")),
+    "vocab_size": ("--vocab-size", dict(type=int, help="BPE vocabulary size")),
+    "max_tokens": ("--max-tokens", dict(type=int, help="tokens per batch (padded)")),
+    "max_steps": ("--max-steps", dict(type=int, help="optimiser steps")),
+    "warmup": ("--warmup", dict(type=int, help="warm-up steps (the peak learning rate's step)")),
+    "peak_lr": ("--peak-lr", dict(type=float, help="peak learning rate")),
+    "label_smoothing": ("--label-smoothing", dict(type=float, help="in [0, 1)")),
+    "seed": ("--seed", dict(type=int, help="random seed (default 0)")),
+    "accum_steps": ("--accum-steps", dict(type=int, help="batches per process and step")),
+    "precision": ("--precision", dict(choices=PRECISIONS, help="auto (bf16 on recent GPUs, fp16 "
+                                      "+ GradScaler on a T4 or MPS, fp32 on a CPU), fp32, bf16 "
+                                      "or fp16")),
+    "compile": ("--compile", dict(action=argparse.BooleanOptionalAction,
+                                  help="torch.compile the model (gpu-base does)")),
+}
+TYPES = typing.get_type_hints(TrainConfig)          # field: int, float, bool, str or tuple
+POSITIVE = ("d_model", "h", "d_ff", "n_layers", "vocab_size", "max_tokens", "max_steps",
+            "warmup", "eval_every", "beam_size", "accum_steps")
+NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha")
+
+
+def flag(field: str) -> str:
+    """The option that sets ``field``: '--d-model', or '--set eval_every'."""
+    return OPTIONS[field][0] if field in OPTIONS else f"--set {field}"
+
+
+def add_recipe(p: argparse.ArgumentParser) -> None:
+    """Add the options that override the preset's configuration, and ``--set KEY=VALUE``."""
+    g = p.add_argument_group("recipe (each overrides the preset's value)")
+    for field, (name, kw) in OPTIONS.items():
+        metavar = {int: "N", float: "X"}.get(kw.get("type"))
+        g.add_argument(name, dest=field, default=argparse.SUPPRESS, metavar=metavar, **kw)
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any configuration field (repeatable), e.g. --set eval_every=50; keys: "
+                        + ", ".join(TYPES))
+
+
+def parse_set(item: str) -> tuple[str, object]:
+    """``'eval_every=50'`` -> ``('eval_every', 50)``, the value of the field's type."""
+    key, sep, text = item.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or key not in TYPES:
+        problem = f"unknown key {key!r}" if sep else "expected KEY=VALUE"
+        raise UsageError(f"--set {item}: {problem}; valid keys: {', '.join(TYPES)}")
+    kind, text = TYPES[key], text.strip()
+    try:
+        if kind is bool:
+            return key, {"true": True, "1": True, "yes": True,
+                         "false": False, "0": False, "no": False}[text.lower()]
+        if kind is tuple:
+            return key, tuple(int(x) for x in text.split(",") if x.strip())
+        return key, kind(text)
+    except (KeyError, ValueError):
+        wanted = {int: "an integer", float: "a number", bool: "true or false",
+                  tuple: "comma-separated integers, e.g. 100,200"}
+        raise UsageError(f"--set {item}: {text!r} is not a valid {key}; give {wanted[kind]}"
+                         ) from None
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The preset's configuration with the recipe options and ``--set`` applied, checked."""
+    given = {field: getattr(args, field) for field in OPTIONS if hasattr(args, field)}
+    for item in args.set:
+        key, value = parse_set(item)
+        if key in given:
+            raise UsageError(f"{flag(key)} is given twice (--set {item}); give it once")
+        given[key] = value
+    try:
+        cfg = preset(args.preset, given.pop("model", "transformer"))  # the model's peak rate
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    cfg = replace(cfg, **given)
+    check_config(cfg)
+    return cfg
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Raise UsageError, naming the option, for a value no run can train with."""
+    for f in POSITIVE:
+        if getattr(cfg, f) < 1:
+            raise UsageError(f"{flag(f)} must be at least 1, got {getattr(cfg, f)}")
+    for f in NON_NEGATIVE:
+        if not getattr(cfg, f) >= 0:
+            raise UsageError(f"{flag(f)} must be 0 or more, got {getattr(cfg, f)}")
+    for f in ("dropout", "label_smoothing"):
+        if not 0 <= getattr(cfg, f) < 1:
+            raise UsageError(f"{flag(f)} must be in [0, 1), got {getattr(cfg, f)}")
+    if not 0 < cfg.peak_lr < math.inf:
+        raise UsageError(f"--peak-lr must be positive, got {cfg.peak_lr}")
+    if cfg.model not in ALL_MODELS:
+        raise UsageError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
+    if cfg.precision not in PRECISIONS:
+        raise UsageError(f"--precision {cfg.precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if any(s < 1 for s in cfg.snapshot_steps):
+        raise UsageError(f"--set snapshot_steps: steps must be at least 1, got {cfg.snapshot_steps}")
+    if cfg.model in ("transformer", "decoder-only"):
+        if cfg.d_model % cfg.h:
+            raise UsageError(f"--d-model {cfg.d_model} is not divisible by --heads {cfg.h}; "
+                             "choose a width that is a multiple of the number of heads "
+                             "(each head gets d_model / heads dimensions)")
+        if cfg.d_model % 2:
+            raise UsageError(f"--d-model must be even (sinusoidal positions come in sin/cos "
+                             f"pairs), got {cfg.d_model}")

@@ -1,0 +1,248 @@
+"""The commands as a new user meets them: the recipe options, and every mistake (a bad option, a
+missing or damaged file, an unusable input line) is one line ``error: <problem>; <fix>`` with
+exit status 2, never a traceback."""
+import io
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnbook import evaluate, train, translate
+from attnbook.cli import UsageError, parse_set
+from attnbook.runs import RunError, load_checkpoint, load_run
+
+needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
+
+
+def one_line_error(capsys, rc) -> str:
+    """The error message of a command that failed as it should: exit status 2, one line."""
+    out, err = capsys.readouterr()
+    assert rc == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1 and err.endswith("\n"), err
+    return err
+
+
+def train_main(capsys, tmp_path, *args) -> str:
+    rc = train.main(["--preset", "smoke", "--out", str(tmp_path / "run"), "--device", "cpu", *args])
+    return one_line_error(capsys, rc)
+
+
+# ---- the recipe options ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("item,expected", [
+    ("eval_every=50", ("eval_every", 50)), ("dropout=0.25", ("dropout", 0.25)),
+    ("time_budget_s=1.5", ("time_budget_s", 1.5)), ("norm_first=true", ("norm_first", True)),
+    ("compile=no", ("compile", False)), ("snapshot_steps=100,200", ("snapshot_steps", (100, 200))),
+    ("snapshot_steps=", ("snapshot_steps", ())), ("precision=fp32", ("precision", "fp32")),
+    ("d-model=64", ("d_model", 64)),
+])
+def test_set_parses_each_value_to_its_fields_type(item, expected):
+    assert parse_set(item) == expected
+    with pytest.raises(UsageError, match="unknown key 'nope'"):
+        parse_set("nope=1")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--set", "foo=1"], "error: --set foo=1: unknown key 'foo'; valid keys: preset, model, d_model"),
+    (["--set", "eval_every"], "--set eval_every: expected KEY=VALUE; valid keys:"),
+    (["--set", "eval_every=ten"], "--set eval_every=ten: 'ten' is not a valid eval_every; "
+                                  "give an integer"),
+    (["--set", "norm_first=maybe"], "give true or false"),
+    (["--d-model", "100", "--heads", "3"], "--d-model 100 is not divisible by --heads 3; "),
+    (["--d-model", "35", "--heads", "5"], "--d-model must be even"),
+    (["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"),
+    (["--label-smoothing", "-0.1"], "--label-smoothing must be in [0, 1)"),
+    (["--layers", "0"], "--layers must be at least 1, got 0"),
+    (["--set", "eval_every=0"], "--set eval_every must be at least 1, got 0"),
+    (["--vocab-size", "-5"], "--vocab-size must be at least 1"),
+    (["--warmup", "0"], "--warmup must be at least 1"),
+    (["--peak-lr", "0"], "--peak-lr must be positive"),
+    (["--set", "clip=-1"], "--set clip must be 0 or more"),
+    (["--d-model", "64", "--set", "d_model=32"], "--d-model is given twice"),
+    (["--set", "model=lstm"], "unknown model 'lstm'"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+])
+def test_bad_recipe_options_are_one_line_errors(args, message, tmp_path, capsys):
+    assert message in train_main(capsys, tmp_path, *args)
+    assert not (tmp_path / "run").exists()           # nothing written
+
+
+def test_argparse_errors_are_one_line_too(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--preset", "smoke", "--out", str(tmp_path), "--d-model", "wide"])
+    err = one_line_error(capsys, e.value.code)
+    assert "--d-model: invalid int value: 'wide'" in err and "--help" in err
+
+
+def test_recipe_options_override_the_preset_and_the_run_records_them(tmp_path, capsys):
+    if not os.environ.get("MULTI30K_DIR"):
+        pytest.skip("needs the Multi30k files")
+    run = tmp_path / "run"
+    assert train.main(["--preset", "smoke", "--out", str(run), "--device", "cpu", "--max-steps",
+                       "2", "--d-model", "48", "--heads", "3", "--layers", "2", "--d-ff", "40",
+                       "--dropout", "0.2", "--warmup", "5", "--norm-first", "--max-tokens", "512",
+                       "--label-smoothing", "0.05", "--set", "eval_every=1",
+                       "--set", "eval_sentences=2"]) == 0
+    expected = {"d_model": 48, "h": 3, "n_layers": 2, "d_ff": 40, "dropout": 0.2, "warmup": 5,
+                "norm_first": True, "max_tokens": 512, "label_smoothing": 0.05, "eval_every": 1,
+                "eval_sentences": 2, "max_steps": 2, "vocab_size": 1000, "preset": "smoke"}
+    config = json.loads((run / "config.json").read_text())
+    assert {k: config[k] for k in expected} == expected
+    assert config == json.loads((run / "metrics.json").read_text())["config"]
+    assert config == json.loads(json.dumps(load_checkpoint(run / "checkpoint.pt")["config"]))
+    model, tok, cfg = load_run(run, "cpu")
+    assert len(model.encoder) == len(model.decoder) == 2 and cfg.norm_first
+    assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [1, 2]
+
+
+# ---- train: data, tokenizer and resume --------------------------------------------------------
+
+@needs_data
+@pytest.mark.parametrize("case", ["missing folder", "missing file", "corrupt file"])
+def test_train_with_missing_or_damaged_data(case, tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    if case != "missing folder":
+        for f in Path(os.environ["MULTI30K_DIR"]).glob("*.gz"):
+            (data / f.name).symlink_to(f.resolve())
+        (data / "val.en.gz").unlink()
+    if case == "corrupt file":
+        real = (Path(os.environ["MULTI30K_DIR"]) / "val.en.gz").read_bytes()
+        (data / "val.en.gz").write_bytes(real[:len(real) // 2])
+    err = train_main(capsys, tmp_path, "--data-dir", str(data / ("nope" if case == "missing folder"
+                                                                 else "")))
+    if case == "corrupt file":
+        assert f"checksum mismatch for {data / 'val.en.gz'}" in err and "download" in err
+    else:
+        assert "not found" in err and "Copy them there" in err
+
+
+@needs_data
+def test_train_with_a_vocabulary_sentencepiece_cannot_train(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ATTNBOOK_CACHE", str(tmp_path / "cache"))
+    err = train_main(capsys, tmp_path, "--vocab-size", "10")
+    assert "could not train a 10-piece vocabulary" in err and "try a larger vocab_size" in err
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A run of 4 smoke steps (seconds), shared by this module's tests; copy it to damage it."""
+    if not os.environ.get("MULTI30K_DIR"):
+        pytest.skip("needs the Multi30k files")
+    out = tmp_path_factory.mktemp("cli") / "run"
+    assert train.main(["--preset", "smoke", "--out", str(out), "--device", "cpu",
+                       "--max-steps", "4"]) == 0
+    return out
+
+
+def test_resume_with_other_options_names_them(run, capsys):
+    rc = train.main(["--preset", "smoke", "--out", str(run), "--device", "cpu", "--resume",
+                     "--max-steps", "6", "--d-model", "64", "--layers", "2"])
+    err = one_line_error(capsys, rc)
+    assert err == (f"error: {run / 'checkpoint.pt'} was trained with another configuration "
+                   "(d_model: checkpoint 32, asked 64; n_layers: checkpoint 1, asked 2); resume "
+                   "with the options it was trained with (preset, flags and --nproc_per_node), "
+                   "or train into a new --out folder\n")
+    assert json.loads((run / "config.json").read_text())["d_model"] == 32   # left as it was
+    assert load_checkpoint(run / "checkpoint.pt")["step"] == 4
+
+
+# ---- translate and evaluate on a damaged run folder -------------------------------------------
+
+def damage(run: Path, case: str, tmp_path: Path) -> tuple[Path, str]:
+    """A copy of ``run`` with one thing wrong, and a substring its error must contain."""
+    import shutil
+    bad = tmp_path / case.replace(" ", "-")
+    shutil.copytree(run, bad)
+    ckpt, tok = bad / "checkpoint.pt", bad / "tokenizer.model"
+    if case == "no folder":
+        shutil.rmtree(bad)
+        return bad, f"{bad} is not a run folder; train one with `python -m attnbook.train"
+    if case == "no checkpoint":
+        ckpt.unlink()
+        return bad, (f"no checkpoint at {ckpt}; give the folder of a trained run, or train one "
+                     f"with `python -m attnbook.train --preset cpu-tiny --out {bad}`")
+    if case == "no tokenizer":
+        tok.unlink()
+        return bad, f"no tokenizer at {tok}; copy the run's tokenizer.model from where it was"
+    if case == "random bytes":
+        ckpt.write_bytes(random.Random(0).randbytes(4096))
+        return bad, f"{ckpt} is not a readable checkpoint ("
+    if case == "text file":
+        ckpt.write_text("not a checkpoint\n")
+        return bad, f"{ckpt} is not a readable checkpoint ("
+    if case == "truncated":
+        data = ckpt.read_bytes()
+        ckpt.write_bytes(data[:len(data) // 2])
+        return bad, f"{ckpt} is not a readable checkpoint (RuntimeError: PytorchStreamReader"
+    if case == "snapshot":
+        import torch
+        torch.save({"model": load_checkpoint(ckpt)["model"], "step": 4}, ckpt)
+        return bad, f"{ckpt} holds weights only (a snapshot?)"
+    if case == "damaged tokenizer":
+        tok.write_bytes(b"junk")
+        return bad, f"{tok} is not a tokenizer of attnbook"
+    if case == "another tokenizer":
+        from attnbook.tokenizer import multi30k_tokenizer
+        shutil.copyfile(multi30k_tokenizer(4000).model_file, tok)
+        return bad, f"{tok} has 4000 pieces but the model of {ckpt} was trained with 1000"
+    raise AssertionError(case)
+
+
+DAMAGE = ["no folder", "no checkpoint", "no tokenizer", "random bytes", "text file", "truncated",
+          "snapshot", "damaged tokenizer", "another tokenizer"]
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_a_damaged_run_folder_is_one_line_error(command, case, run, tmp_path, capsys,
+                                                monkeypatch):
+    bad, message = damage(run, case, tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Hund.\n"))
+    module = translate if command == "translate" else evaluate
+    err = one_line_error(capsys, module.main([str(bad), "--device", "cpu"]))
+    assert message in err and "--resume" not in err
+    assert "checkpoint.pt" in err or "tokenizer.model" in err or "run folder" in err
+
+
+def test_library_errors_are_run_errors(run, tmp_path):
+    bad, _ = damage(run, "truncated", tmp_path)
+    with pytest.raises(RunError, match="not a readable checkpoint"):
+        load_run(bad, "cpu")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):    # also a RunError
+        load_run(damage(run, "no checkpoint", tmp_path)[0], "cpu")
+
+
+# ---- unusable input lines name their line number ----------------------------------------------
+
+INVISIBLE = ["\u200b", "\ufeff", "\u200e", " \u200b\u200e "]
+
+
+@pytest.mark.parametrize("blank", INVISIBLE)
+def test_translate_names_the_input_line_of_invisible_characters(blank, run, capsys, monkeypatch):
+    lines = ["Ein Hund.", "Zwei Katzen spielen.", blank, "Ein Mann."]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    err = one_line_error(capsys, translate.main([str(run), "--device", "cpu", "--beam", "1"]))
+    assert err.startswith("error: input line(s) [3] are empty or hold only invisible characters")
+
+
+@pytest.mark.parametrize("blank", INVISIBLE)
+def test_evaluate_names_the_file_line_of_invisible_characters(blank, run, tmp_path, capsys):
+    src, ref = tmp_path / "s.de", tmp_path / "r.en"
+    src.write_text(f"Ein Hund.\nZwei Katzen.\n{blank}\n", encoding="utf-8")
+    ref.write_text("A dog.\nTwo cats.\nA man.\n", encoding="utf-8")
+    err = one_line_error(capsys, evaluate.main([str(run), "--device", "cpu", "--src", str(src),
+                                                "--ref", str(ref)]))
+    assert err.startswith(f"error: --src {src}: line 3 holds only invisible characters")
+    assert "remove it from both files" in err
+
+
+def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Hund.\n"))
+    err = one_line_error(capsys, translate.main([str(run), "--threads", "0"]))
+    assert "--threads must be at least 1, got 0" in err
+    err = one_line_error(capsys, evaluate.main([str(run), "--device", "tpu"]))
+    assert "--device: unknown device 'tpu'" in err

@@ -149,8 +149,9 @@ def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, 
     small = dict(d_model=32, h=2, d_ff=64, n_layers=1, vocab_size=1000, max_tokens=1024,
                  warmup=5, eval_every=5, beam_size=2, peak_lr=3e-3)
     monkeypatch.setattr(ex, "BASE_CANDIDATES", {
-        "a": dict(small, max_steps=12, snapshot_steps=(4, 8)),
+        "a": dict(small, max_steps=12, snapshot_steps=(3, 6, 8, 10)),
         "b": dict(small, d_model=16, max_steps=10, snapshot_steps=(5,))})
+    monkeypatch.setattr(ex, "AVERAGE_LAST", 3)
     monkeypatch.chdir(tmp_path)
     args = ["base", "--out", "base", "--results", "results", "--jobs", "1", "--threads", "1",
             "--sentences", "8"]
@@ -158,16 +159,18 @@ def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, 
     res = json.loads((tmp_path / "results" / "cpu_base.json").read_text())
     runs = {r["candidate"]: r for r in res["runs"]}
     assert sorted(runs) == ["a", "b"]
-    # every snapshot and the last checkpoint, in order of steps and of training minutes
-    assert [s["step"] for s in runs["a"]["snapshots"]] == [4, 8, 12]
+    # the curve: snapshots before the averaging window, and the last checkpoint
+    assert [s["step"] for s in runs["a"]["snapshots"]] == [3, 6, 12]
+    assert [s["step"] for s in runs["b"]["snapshots"]] == [10]     # 5 is in the window
     minutes = [s["train_minutes"] for s in runs["a"]["snapshots"]]
     assert minutes == sorted(minutes) and minutes[-1] > 0
-    # averages of the last k snapshots, k up to the number there are; the best on validation
-    assert [a["last_k"] for a in runs["a"]["averages"]] == [1, 2, 3]
+    # averages of the last k of the window (8, 10, 12), the one with the lowest validation loss
+    assert [a["steps"] for a in runs["a"]["averages"]] == [[12], [10, 12], [8, 10, 12]]
     assert [a["last_k"] for a in runs["b"]["averages"]] == [1, 2]
     for r in runs.values():
-        best = max(r["averages"], key=lambda a: a["val_bleu"])
-        assert r["chosen_last_k"] == best["last_k"] and r["val_bleu"] == best["val_bleu"]
+        assert r["chosen_last_k"] == min(r["averages"], key=lambda a: a["val_loss"])["last_k"]
+    # k = 1 is the last checkpoint: its validation loss is the curve's last point's
+    assert runs["a"]["averages"][0]["val_loss"] == runs["a"]["snapshots"][-1]["val_loss"]
     assert res["chosen"] == max(res["runs"], key=lambda r: r["val_bleu"])["candidate"]
     assert res["test_bleu"] == runs[res["chosen"]]["test_bleu"]
     assert res["bleu_signature"].startswith("nrefs:1")

@@ -152,6 +152,7 @@ def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, 
         "a": dict(small, max_steps=12, snapshot_steps=(3, 6, 8, 10)),
         "b": dict(small, d_model=16, max_steps=10, snapshot_steps=(5,))})
     monkeypatch.setattr(ex, "AVERAGE_LAST", 3)
+    monkeypatch.setattr(ex, "AVERAGE_SPAN", 0.5)          # a: steps 6 to 12, the last 3 of them
     monkeypatch.chdir(tmp_path)
     args = ["base", "--out", "base", "--results", "results", "--jobs", "1", "--threads", "1",
             "--sentences", "8"]
@@ -161,7 +162,7 @@ def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, 
     assert sorted(runs) == ["a", "b"]
     # the curve: snapshots before the averaging window, and the last checkpoint
     assert [s["step"] for s in runs["a"]["snapshots"]] == [3, 6, 12]
-    assert [s["step"] for s in runs["b"]["snapshots"]] == [10]     # 5 is in the window
+    assert [s["step"] for s in runs["b"]["snapshots"]] == [10]     # 5 is in b's window
     minutes = [s["train_minutes"] for s in runs["a"]["snapshots"]]
     assert minutes == sorted(minutes) and minutes[-1] > 0
     # averages of the last k of the window (8, 10, 12), the one with the lowest validation loss

@@ -84,9 +84,9 @@ PRESETS = {
     # batch, schedule, dropout and checkpoint averaging chosen on the validation set by
     # `python -m attnbook.experiments base`, results/cpu/cpu_base.json)
     "cpu-base": TrainConfig(preset="cpu-base", d_model=192, h=4, d_ff=768, n_layers=3,
-                            dropout=0.1, vocab_size=6000, max_tokens=4096, max_steps=1800,
+                            dropout=0.1, vocab_size=6000, max_tokens=4096, max_steps=1400,
                             warmup=300, eval_every=200, beam_size=4, precision="auto",
-                            snapshot_steps=(600, 1200, 1600, 1650, 1700, 1750), compile=False),
+                            snapshot_steps=(600, 1000, 1200, 1250, 1300, 1350), compile=False),
     # the test suite's smoke run: seconds
     "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
                          vocab_size=1000,

@@ -290,8 +290,8 @@ def _snapshot_files(folder: Path, cfg) -> list[tuple[int, Path]]:
 def _score_base_run(job) -> dict:
     """BLEU against training minutes, and checkpoint averaging, for one candidate.
 
-    * The snapshots before the last AVERAGE_LAST ones, and the last checkpoint: validation and
-      test BLEU (beam search) and validation loss, with the training minutes they took.
+    * The snapshots before the averaging window, and the last checkpoint: test BLEU (beam
+      search) and validation loss, with the training minutes they took.
     * The average of the last k snapshots, k = 1 .. AVERAGE_LAST, of those in the last
       AVERAGE_SPAN of the steps: validation loss; the k with the lowest is chosen, and scored
       (validation and test BLEU).
@@ -316,7 +316,7 @@ def _score_base_run(job) -> dict:
         model.load_state_dict(ckpt["model"])
         snapshots.append({"step": step, "train_minutes": round(ckpt["elapsed"] / 60, 2),
                           "val_loss": round(validation_loss(model, val_batches, device), 4),
-                          "val_bleu": scores(val)[1]["bleu"], "test_bleu": scores(test)[1]["bleu"]})
+                          "test_bleu": scores(test)[1]["bleu"]})
     averages = []
     for k in range(1, len(window) + 1):
         model.load_state_dict(average_checkpoints([f for _, f in window[-k:]]))

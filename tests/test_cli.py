@@ -240,6 +240,20 @@ def test_evaluate_names_the_file_line_of_invisible_characters(blank, run, tmp_pa
     assert "remove it from both files" in err
 
 
+def test_translate_reads_utf8_and_names_a_line_that_is_not(run, capsys, monkeypatch):
+    stdin = lambda data: io.TextIOWrapper(io.BytesIO(data))           # noqa: E731
+    monkeypatch.setattr(sys, "stdin", stdin("Ein Hund.\nÜber die Brücke.\n".encode("latin-1")))
+    err = one_line_error(capsys, translate.main([str(run), "--device", "cpu"]))
+    assert err.startswith("error: input line 2 is not UTF-8 text; convert the input to UTF-8")
+    # a byte-order mark and Windows line ends are encoding, not text
+    monkeypatch.setattr(sys, "stdin", stdin("\ufeffEin Hund.\r\nZwei Katzen.\r\n".encode()))
+    assert translate.main([str(run), "--device", "cpu", "--beam", "1"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    monkeypatch.setattr(sys, "stdin", stdin(b""))
+    err = one_line_error(capsys, translate.main([str(run), "--device", "cpu"]))
+    assert err == "error: no input; give one sentence per line on standard input\n"
+
+
 def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Hund.\n"))
     err = one_line_error(capsys, translate.main([str(run), "--threads", "0"]))

@@ -2,9 +2,10 @@
 
     echo "Ein Hund rennt durch den Schnee." | python -m attnbook.translate runs/cpu-tiny
 
-A missing or damaged run folder, an empty input, an empty line (or one of invisible characters
-only, such as U+200B) and a line too long for the model are one-line errors that name the input
-line (exit status 2): nothing is dropped or cut.
+Standard input is read as UTF-8 (a byte-order mark and Windows line ends are dropped). A missing
+or damaged run folder, an empty input, input that is not UTF-8, an empty line (or one of
+invisible characters only, such as U+200B) and a line too long for the model are one-line errors
+that name the input line (exit status 2): nothing is dropped or cut.
 """
 from __future__ import annotations
 
@@ -29,10 +30,15 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, cfg = load_run(args.run, apply_common(args))
     except (UsageError, RunError) as e:
         return fail(e)
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
     try:
-        lines = [line.rstrip("\n") for line in sys.stdin]
-    except UnicodeDecodeError:
-        return fail("the input is not UTF-8 text; convert it to UTF-8, e.g. with iconv -t UTF-8")
+        text = raw.decode("utf-8").removeprefix("\ufeff")     # a byte-order mark is no text
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        return fail(f"input line {line} is not UTF-8 text; convert the input to UTF-8, e.g. with "
+                    "iconv -t UTF-8")
+    lines = text.removesuffix("\n").split("\n") if text else []
+    lines = [line.removesuffix("\r") for line in lines]     # Windows line ends
     if not lines:
         return fail("no input; give one sentence per line on standard input")
     empty, long = [], []

@@ -181,9 +181,6 @@ def test_binder_installs_the_package_and_uses_the_books_python():
                 f"{workflow.relative_to(ROOT)} uses Python {m.group(1)}"
 
 
-@pytest.mark.xfail(strict=True, reason="pyproject.toml does not declare sacrebleu (attnbook.bleu, "
-                   "attnbook.evaluate, chapter 9): on Colab the set-up cell would not install it. "
-                   "Add it to [project] dependencies and remove this mark")
 def test_the_package_declares_what_it_imports():
     """Colab's set-up cell installs `attnbook` with the dependencies pyproject.toml declares."""
     tomllib = pytest.importorskip("tomllib")

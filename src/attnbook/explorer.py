@@ -1,0 +1,249 @@
+"""The data of the book's attention explorer (book/explorer.md): every attention weight of a
+trained translator on a fixed set of test sentences.
+
+    python -m attnbook.explorer runs/cpu-base/medium --out book/_static/explorer/attention.json
+
+The sentences are every 50th of Multi30k's ``test_2016_flickr`` (numbers 0, 50, ..., 950: twenty,
+none skipped). Each is translated by beam search (beam 4, the run's length penalty): the search
+and settings of :func:`attnbook.decoding.translate`, keeping the ids it chose. Then the model
+reads the source and its own translation once more, teacher-forced, with every
+:class:`~attnbook.mha.MultiHeadAttention` recording its weights (``record``). That pass
+computes what the search computed when it chose each token: the same tokens, the same keys and
+values. One sentence at a time, so there is no padding.
+
+Written, deterministic (the same run gives the same bytes) and free of absolute paths:
+
+* ``OUT`` (JSON): ``meta`` (run, configuration, rule, decoding, version), ``kinds`` (``enc``,
+  ``dec``, ``cross``: which pieces label the rows, the queries, and the columns, the keys),
+  ``layers``, ``heads`` and, per sentence, its text and pieces (``src``; ``tgt``, the decoder's
+  input ``<s> y_1 ... y_n``; ``next``, what each decoder position predicts, ``y_1 ... y_n </s>``)
+  and ``weights[kind][layer][head]``, a (queries, keys) list of rows rounded to 3 decimals; each
+  row sums to 1 up to the rounding.
+* ``OUT`` with the suffix ``.js``: the same data as ``window.ATTNBOOK_ATTENTION = {...};``. The
+  page loads that with a ``<script>`` tag, which also works when the book is opened from disk
+  (``file://``), where browsers refuse to fetch a JSON file.
+* ``cross_attention.svg`` beside it: the cross-attention of the first sentence, last layer, mean
+  of the heads, the figure the page shows to readers without JavaScript.
+
+Nothing in the package imports this module.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from html import escape
+from pathlib import Path
+
+import torch
+
+from . import BOS_ID, EOS_ID, __version__
+from .batching import pad
+from .cli import Parser, UsageError, add_common, apply_common, fail
+from .data import DataError, load_multi30k
+from .decoding import beam_search
+from .mha import MultiHeadAttention
+from .runs import RunError, load_run
+
+SPLIT, EVERY, COUNT, BEAM = "test_2016_flickr", 50, 20, 4
+# id: (name, module name pattern, row labels, column labels). Rows are the queries and columns
+# the keys; the rows of the decoder's attention are its positions, labelled in cross-attention by
+# the piece each predicts ("next"), in self-attention by its input ("tgt"), as its columns are.
+KINDS = {
+    "enc": ("encoder self-attention", "encoder.{}.self_attn", "src", "src"),
+    "dec": ("decoder self-attention", "decoder.{}.self_attn", "tgt", "tgt"),
+    "cross": ("cross-attention", "decoder.{}.cross_attn", "next", "src"),
+}
+# viridis (matplotlib's, at 0, 1/8, ..., 1): colour-blind safe, light where the weight is high.
+# explorer.js interpolates the same table.
+VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
+           "#addc30", "#fde725"]
+CONFIG_KEYS = ("preset", "model", "d_model", "h", "n_layers", "d_ff", "dropout", "norm_first",
+               "vocab_size", "max_tokens", "max_steps", "warmup", "peak_lr", "label_smoothing",
+               "seed", "length_alpha")
+
+
+def choose(pairs: list, every: int = EVERY, count: int = COUNT) -> list[int]:
+    """The numbers of the sentences shown: 0, every, 2 every, ... (``count`` of them)."""
+    picks = list(range(0, len(pairs), every))[:count]
+    if len(picks) < count:
+        raise ValueError(f"{len(pairs)} sentences hold only {len(picks)} at a step of {every}; "
+                         "ask for fewer (--count) or a smaller step (--every)")
+    return picks
+
+
+def _rows(w: torch.Tensor) -> list:
+    """A (queries, keys) tensor as lists of numbers rounded to 3 decimals (0 and 1 as ints)."""
+    return [[int(r) if r in (0.0, 1.0) else r for r in (round(v, 3) for v in row)]
+            for row in w.double().tolist()]
+
+
+@torch.no_grad()
+def record(model, src: list[int], hyp: list[int]) -> dict:
+    """The attention weights of one teacher-forced pass over (source ids, output ids):
+    {kind: [layer][head] rows}; queries and keys as in KINDS (one sentence: no padding)."""
+    mods = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+    device = next(model.parameters()).device
+    s = torch.tensor([src], device=device)
+    t = torch.tensor([[BOS_ID, *hyp]], device=device)
+    for m in mods.values():
+        m.record, m.last = True, None
+    try:
+        model(s, torch.ones_like(s, dtype=torch.bool), t, torch.ones_like(t, dtype=torch.bool))
+        out = {}
+        for kind, (_, pattern, _, _) in KINDS.items():
+            layers = []
+            for i in range(len(model.encoder if kind == "enc" else model.decoder)):
+                w = mods[pattern.format(i)].last[0][0].float().cpu()       # (h, T, S)
+                layers.append([_rows(head) for head in w])
+            out[kind] = layers
+        return out
+    finally:
+        for m in mods.values():
+            m.record, m.last = False, None
+
+
+def build(model, tok, cfg, pairs: list, picks: list[int], beam_size: int = BEAM) -> list[dict]:
+    """One entry per picked sentence: its text, pieces, translation and attention weights."""
+    model.eval()
+    device = next(model.parameters()).device
+    srcs = tok.encode_batch([pairs[i][0] for i in picks])
+    ids, mask = pad(srcs)
+    hyps = beam_search(model, ids.to(device), mask.to(device), beam_size=beam_size,
+                       max_len=mask.sum(dim=1).to(device) + 50, alpha=cfg.length_alpha)
+    piece = tok.id_to_piece
+    out = []
+    for i, src, hyp in zip(picks, srcs, hyps):
+        out.append({
+            "index": i, "source": pairs[i][0], "reference": pairs[i][1],
+            "translation": tok.decode(hyp),
+            "src": [piece(x) for x in src],
+            "tgt": [piece(x) for x in [BOS_ID, *hyp]],
+            "next": [piece(x) for x in [*hyp, EOS_ID]],
+            "weights": record(model, src, hyp),
+        })
+    return out
+
+
+def run_name(run: Path) -> str:
+    """The run folder as given, relative to here; an absolute path outside: its last two parts."""
+    if not run.is_absolute():
+        return run.as_posix()
+    try:
+        return run.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return Path(*run.parts[-2:]).as_posix()
+
+
+def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
+            device="cpu") -> dict:
+    """The explorer's data for run folder ``run`` (see the module's docstring)."""
+    model, tok, cfg = load_run(run, device)
+    if cfg.model != "transformer":
+        raise RunError(f"{run} holds a {cfg.model} model; the explorer shows the attention of "
+                       "the encoder-decoder Transformer: give a run trained with --model "
+                       "transformer")
+    pairs = load_multi30k(SPLIT, cfg.src_lang, cfg.tgt_lang, data_dir)
+    picks = choose(pairs, every, count)
+    metrics = {}
+    if (run / "metrics.json").is_file():
+        metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    meta = {
+        "run": run_name(run),
+        "config": {k: getattr(cfg, k) for k in CONFIG_KEYS},
+        "steps": metrics.get("steps"),
+        "val_loss": None if "val_loss" not in metrics else round(metrics["val_loss"], 4),
+        "test_bleu": metrics.get("test_bleu"),
+        "sentences": f"one in every {every} sentences of Multi30k {SPLIT} ({cfg.src_lang}->"
+                     f"{cfg.tgt_lang}), numbers 0, {every}, ..., {picks[-1]}: {count} sentences, "
+                     "none skipped",
+        "decoding": f"beam search, beam {BEAM}, length penalty alpha {cfg.length_alpha}, at "
+                    "most source length + 50 tokens; the weights come from one teacher-forced "
+                    "pass over the source and that translation",
+        "weights": "rows are queries and columns keys, real tokens only (no padding), rounded "
+                   "to 3 decimals: each row sums to 1 up to the rounding",
+        "attnbook": __version__,
+    }
+    kinds = {k: {"name": name, "module": pattern.format("L"), "rows": rows, "columns": cols}
+             for k, (name, pattern, rows, cols) in KINDS.items()}
+    return {"meta": meta, "kinds": kinds, "layers": cfg.n_layers, "heads": cfg.h,
+            "sentences": build(model, tok, cfg, pairs, picks)}
+
+
+def colour(w: float) -> str:
+    """The viridis colour of a weight in [0, 1], interpolated linearly in VIRIDIS."""
+    x = min(max(w, 0.0), 1.0) * (len(VIRIDIS) - 1)
+    i = min(int(x), len(VIRIDIS) - 2)
+    a, b, f = VIRIDIS[i], VIRIDIS[i + 1], x - i
+    # as explorer.js computes it (Math.round rounds halves up), so the two agree to the digit
+    mix = [math.floor(int(a[j:j + 2], 16) * (1 - f) + int(b[j:j + 2], 16) * f + 0.5)
+           for j in (1, 3, 5)]
+    return "#" + "".join(f"{c:02x}" for c in mix)
+
+
+def svg_figure(data: dict, sentence: int = 0) -> str:
+    """The cross-attention of one sentence, last layer, mean of the heads, as an SVG heatmap
+    (rows: the predicted target pieces, columns: the source pieces)."""
+    s = data["sentences"][sentence]
+    heads = s["weights"]["cross"][-1]
+    rows, cols = s["next"], s["src"]
+    mean = [[sum(h[t][j] for h in heads) / len(heads) for j in range(len(cols))]
+            for t in range(len(rows))]
+    cell, left, top = 22, 8 + 7 * max(map(len, rows)), 12 + 6 * max(map(len, cols))
+    width, height = left + cell * len(cols) + 10, top + cell * len(rows) + 10
+    font = 'font-family="sans-serif" font-size="12" fill="#222"'
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}">',
+             f'<rect width="{width}" height="{height}" fill="#fff"/>']
+    for j, p in enumerate(cols):
+        x = left + cell * j + cell / 2 + 4
+        parts.append(f'<text {font} transform="translate({x:g},{top - 6}) rotate(-60)">'
+                     f'{escape(p)}</text>')
+    for t, p in enumerate(rows):
+        y = top + cell * t + cell / 2 + 4
+        parts.append(f'<text {font} x="{left - 6}" y="{y:g}" text-anchor="end">{escape(p)}</text>')
+        for j in range(len(cols)):
+            parts.append(f'<rect x="{left + cell * j}" y="{top + cell * t}" width="{cell}" '
+                         f'height="{cell}" fill="{colour(mean[t][j])}"/>')
+    return "\n".join(parts + ["</svg>"]) + "\n"
+
+
+def write(data: dict, out: Path) -> list[Path]:
+    """Write the JSON, its .js twin and the static SVG; returns their paths."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    js = out.with_suffix(".js")
+    svg = out.parent / "cross_attention.svg"
+    out.write_text(text + "\n", encoding="utf-8")
+    js.write_text("// Written by `python -m attnbook.explorer`; the same data as "
+                  f"{out.name}.\nwindow.ATTNBOOK_ATTENTION = {text};\n", encoding="utf-8")
+    svg.write_text(svg_figure(data), encoding="utf-8")
+    return [out, js, svg]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = Parser(prog="python -m attnbook.explorer", description=__doc__.split("\n")[0])
+    p.add_argument("run", type=Path, help="run folder of a Transformer (checkpoint.pt, "
+                                          "tokenizer.model)")
+    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    p.add_argument("--every", type=int, default=EVERY, help=f"step between test sentences "
+                                                            f"(default {EVERY})")
+    p.add_argument("--count", type=int, default=COUNT, help=f"sentences (default {COUNT})")
+    add_common(p, "threads", "data-dir")
+    p.set_defaults(threads=1)  # the same bytes on every run: one thread, on the CPU
+    args = p.parse_args(argv)
+    try:
+        if args.every < 1 or args.count < 1:
+            raise UsageError("--every and --count must be at least 1")
+        apply_common(args)
+        data = explore(args.run, args.every, args.count, args.data_dir)
+        paths = write(data, args.out)
+    except (UsageError, RunError, DataError, ValueError) as e:
+        return fail(e)
+    for path in paths:
+        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -190,7 +190,8 @@ def svg_figure(data: dict, sentence: int = 0) -> str:
     mean = [[sum(h[t][j] for h in heads) / len(heads) for j in range(len(cols))]
             for t in range(len(rows))]
     cell, left, top = 22, 8 + 7 * max(map(len, rows)), 12 + 6 * max(map(len, cols))
-    width, height = left + cell * len(cols) + 10, top + cell * len(rows) + 10
+    width = max(left + cell * j + cell // 2 + 10 + 4 * len(p) for j, p in enumerate(cols))
+    width, height = max(width, left + cell * len(cols) + 10), top + cell * len(rows) + 10
     font = 'font-family="sans-serif" font-size="12" fill="#222"'
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}">',

@@ -269,8 +269,8 @@ def score_all(fn, folders: list, n_procs: int, threads: int, data_dir=None,
 BASE_CANDIDATES = {  # name: overrides of the cpu-base preset; each is trained and compared
     "medium": {},                                                     # the preset itself
     "tiny-long": dict(d_model=128, h=4, d_ff=256, n_layers=2, vocab_size=4000, max_tokens=2048,
-                      warmup=200, peak_lr=6e-3, max_steps=4000, eval_every=500,
-                      snapshot_steps=(2000, 3000)),   # cpu-tiny's model, with dropout
+                      warmup=200, peak_lr=6e-3, max_steps=7000, eval_every=500,
+                      snapshot_steps=(2000, 4000, 6000, 6250, 6500, 6750)),  # cpu-tiny's, with dropout
 }
 AVERAGE_LAST = 5      # checkpoint averaging: the mean of the last k snapshots, k = 1..5,
 AVERAGE_SPAN = 0.15   # of those in the last 15% of the steps (Vaswani et al.: the last 5 of 100k)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
+import math
 import os
 import re
 import shutil
@@ -472,3 +474,95 @@ def notebook_page_problems(page, docname: str, source: Path) -> list[str]:
         except PlaywrightTimeout:
             problems.append("clicking the set-up cell's toggle does not show its code")
     return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The attention explorer (book/explorer.md): its picture follows the controls and the data
+
+EXPLORER_DATA = ROOT / "book" / "_static" / "explorer" / "attention.json"
+
+CELLS = """() => Array.from(document.querySelectorAll(".attn-explorer .attn-cell")).map(c => [
+    +c.dataset.row, +c.dataset.col, c.dataset.w, c.getAttribute("fill"),
+    c.querySelector("title").textContent])"""
+
+
+def test_attention_explorer(site, visit, screenshots):
+    """Sentence, kind, layer and head switch the heatmap, whose every cell shows the committed
+    JSON's weight (in its data-w, title and viridis colour); a row under the pointer highlights
+    the keys it reads; at 375 px the map scrolls inside its own box."""
+    from attnbook.explorer import colour
+    data = json.loads(EXPLORER_DATA.read_text(encoding="utf-8"))
+    v = visit(page_url(site, "book/explorer"))
+    page = v.page
+    page.wait_for_selector(".attn-explorer[data-ready=true]", timeout=10_000)
+    root = page.locator(".attn-explorer")
+    last = data["layers"] - 1
+    views = [(0, "cross", last, "mean"), (3, "enc", 0, 1), (7, "dec", last, 0),
+             (19, "cross", 0, data["heads"] - 1), (12, "dec", 0, "mean")]
+    seen, problems = [], []
+    for n, (i, kind, layer, head) in enumerate(views):
+        if n:  # the first is the view the page opens with
+            # by position: Playwright matches a value against the labels too, and the layers'
+            # labels are numbers (1, 2, 3 for the values 0, 1, 2)
+            page.select_option("select[name=sentence]", index=i)
+            page.select_option("select[name=kind]", value=kind)
+            page.select_option("select[name=layer]", index=layer)
+            page.select_option("select[name=head]", index=0 if head == "mean" else head + 1)
+        s = data["sentences"][i]
+        assert root.get_attribute("data-view") == f"{s['index']}/{kind}/{layer}/{head}"
+        heads = s["weights"][kind][layer]
+        # the mean of the heads as the page computes it, rounded half up to 3 decimals
+        w = heads[head] if head != "mean" else [
+            [math.floor(1000 * sum(h[t][j] for h in heads) / len(heads) + 0.5) / 1000
+             for j in range(len(heads[0][0]))] for t in range(len(heads[0]))]
+        rows = s[data["kinds"][kind]["rows"]]
+        cols = s[data["kinds"][kind]["columns"]]
+        cells = page.evaluate(CELLS)
+        expected = {(t, j) for t in range(len(rows)) for j in range(len(cols))
+                    if kind != "dec" or j <= t}      # the future is left blank
+        if {(t, j) for t, j, *_ in cells} != expected:
+            problems.append(f"view {n}: the cells are not the {len(rows)} x {len(cols)} "
+                            "of the data")
+        for t, j, shown, fill, title in cells:
+            if shown != f"{w[t][j]:.3f}" or fill != colour(w[t][j]) \
+                    or title != f"{rows[t]} \u2192 {cols[j]}: {shown}":
+                problems.append(f"view {n}, cell ({t}, {j}): shows {shown} {fill} {title!r}, "
+                                f"the data {w[t][j]:.3f} {colour(w[t][j])}")
+                break
+        seen.append(cells)
+        if n and cells == seen[n - 1]:
+            problems.append(f"view {n}: the picture did not change")
+
+        # the pointer on a row (the one with the largest weight): the keys it reads light up
+        t = max(range(len(rows)), key=lambda r: max(w[r]))
+        page.locator(f".attn-row[data-row='{t}']").hover()
+        lit = page.eval_on_selector_all(".attn-col.reads", "cs => cs.map(c => +c.dataset.col)")
+        want = [j for j in range(len(cols)) if w[t][j] >= 0.1]
+        readout = page.locator(".attn-readout").text_content()
+        top = max(range(len(cols) if kind != "dec" else t + 1), key=lambda j: (w[t][j], -j))
+        if root.get_attribute("data-row") != str(t) or lit != want \
+                or f"\u201c{cols[top]}\u201d {w[t][top]:.3f}" not in readout:
+            problems.append(f"view {n}: hovering row {t} lights columns {lit}, not {want}; "
+                            f"readout {readout!r}")
+        if n == 0:
+            page.screenshot(path=str(screenshots / "book__explorer.png"), full_page=True)
+
+    # the keyboard reaches the rows too
+    page.locator(".attn-row[data-row='1']").focus()
+    if root.get_attribute("data-row") != "1":
+        problems.append("focusing a row's label does not highlight it")
+    for name in ("sentence", "kind", "layer", "head"):
+        if not page.locator(f"select[name={name}]").get_attribute("aria-label"):
+            problems.append(f"the {name} control has no aria-label")
+
+    # a phone: the page does not scroll sideways, the map scrolls in its own box
+    page.set_viewport_size({"width": MOBILE_WIDTH, "height": 800})
+    page.wait_for_function(SETTLED)
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    box = page.evaluate("() => { const b = document.querySelector('.attn-scroll'); "
+                        "return [b.scrollWidth, b.clientWidth]; }")
+    if width > MOBILE_WIDTH + 2 or box[1] > MOBILE_WIDTH:
+        problems.append(f"at {MOBILE_WIDTH} px: page {width} px wide, map box {box}")
+    page.screenshot(path=str(screenshots / f"book__explorer-{MOBILE_WIDTH}px.png"), full_page=True)
+    problems = v.problems + problems
+    assert not problems, "book/explorer:\n  " + "\n  ".join(problems)

@@ -49,13 +49,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 
 # Violations already committed, each with the fix it needs; strict: the test fails once it is fixed,
 # so that the entry is removed.
-KNOWN: dict[tuple[str, str], str] = {
-    ("paths", "00_setup"): (
-        "the `load_multi30k(\"dev\")` cell (tagged raises-exception) shows a full traceback with "
-        "the path of the machine that ran it (/work/main/src/attnbook/data.py): catch the "
-        "DataError and print it, or keep only the last frame of the traceback (nbval does not "
-        "compare tracebacks)"),
-}
+KNOWN: dict[tuple[str, str], str] = {}   # (check, notebook): why it fails today (strict xfail)
 
 
 def code_cells(path: Path):

@@ -179,3 +179,25 @@ def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, 
     # a second call trains nothing again and reads the cached scores
     assert main(args) == 0
     assert json.loads((tmp_path / "results" / "cpu_base.json").read_text())["runs"] == res["runs"]
+
+
+@needs_data
+def test_a_run_loads_with_its_last_snapshots_averaged(tmp_path, capsys):
+    from attnbook.evaluate import main as evaluate
+    from attnbook.runs import RunError, average_checkpoints, load_run
+    cfg = replace(preset("smoke"), max_steps=12, eval_every=6, snapshot_steps=(4, 8, 10))
+    train(cfg, tmp_path / "run", progress=False, evaluate=False)
+    run = tmp_path / "run"
+    last, _, _ = load_run(run, "cpu")
+    avg, _, _ = load_run(run, "cpu", average=3)           # steps 8, 10 and the checkpoint's 12
+    want = average_checkpoints([run / "snapshots" / "step_8.pt", run / "snapshots" / "step_10.pt",
+                                run / "checkpoint.pt"])
+    assert all(torch.equal(avg.state_dict()[k], want[k]) for k in want)
+    assert not all(torch.equal(avg.state_dict()[k], last.state_dict()[k]) for k in want)
+    with pytest.raises(RunError, match=r"cannot average the last 5 snapshots .* has 4 \(steps 4, 8, 10, 12\)"):
+        load_run(run, "cpu", average=5)
+    # the commands take --average, and a run without enough snapshots is a one-line error
+    assert evaluate([str(run), "--sentences", "4", "--average", "3"]) == 0
+    assert evaluate([str(run), "--sentences", "4", "--average", "9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot average the last 9 snapshots") and "\n" not in err

@@ -50,7 +50,7 @@ from .bleu import bleu, bleu_by_length
 from .data import load_multi30k
 from .decoding import translate
 from .recipe import MODELS, PRESETS, forward_logits, preset, same_run, translation_loss
-from .runs import average_checkpoints, load_checkpoint, load_run, save_checkpoint
+from .runs import average_checkpoints, load_checkpoint, load_run, save_checkpoint, snapshot_files
 from .train import train, validation_loss
 from .utils import get_device, versions
 
@@ -281,12 +281,6 @@ def base_jobs(out: Path) -> list:
             for name, overrides in BASE_CANDIDATES.items()]
 
 
-def _snapshot_files(folder: Path, cfg) -> list[tuple[int, Path]]:
-    """(step, file) of a run's snapshots and its last checkpoint, in order of steps."""
-    files = [(s, folder / "snapshots" / f"step_{s}.pt") for s in cfg.snapshot_steps if s < cfg.max_steps]
-    return [*files, (cfg.max_steps, folder / "checkpoint.pt")]
-
-
 def _score_base_run(job) -> dict:
     """BLEU against training minutes, and checkpoint averaging, for one candidate.
 
@@ -307,7 +301,7 @@ def _score_base_run(job) -> dict:
                          alpha=cfg.length_alpha)
         return hyps, bleu(hyps, [t for _, t in pairs])
 
-    files = _snapshot_files(folder, cfg)
+    files = snapshot_files(folder, cfg.max_steps)
     window = [f for f in files if f[0] >= (1 - AVERAGE_SPAN) * cfg.max_steps][-AVERAGE_LAST:]
     curve = [f for f in files if f not in window[:-1]]
     snapshots = []

@@ -102,8 +102,21 @@ def trim_log(path: Path, step: int) -> None:
     os.replace(tmp, path)
 
 
-def load_run(run: Path, device=None):
-    """The model, tokenizer and config of a run folder written by ``python -m attnbook.train``.
+def snapshot_files(run: Path, last_step: int) -> list[tuple[int, Path]]:
+    """(step, file) of a run's weight snapshots (``snapshots/step_N.pt``) before ``last_step``,
+    and its checkpoint at ``last_step``, in order of steps."""
+    snaps = []
+    for f in (Path(run) / "snapshots").glob("step_*.pt"):
+        step = int(f.stem.removeprefix("step_"))
+        if step < last_step:
+            snaps.append((step, f))
+    return [*sorted(snaps), (last_step, Path(run) / "checkpoint.pt")]
+
+
+def load_run(run: Path, device=None, average: int = 1):
+    """The model, tokenizer and config of a run folder written by ``python -m attnbook.train``;
+    with ``average`` = k > 1, the model's weights are the mean of its last k snapshots
+    (the checkpoint and the k - 1 snapshots before it: checkpoint averaging).
 
     Raises RunError (MissingRunFile for a missing folder or file) naming the file and the fix.
     """
@@ -132,6 +145,13 @@ def load_run(run: Path, device=None):
     cfg = TrainConfig.from_dict(ckpt["config"])
     model = build_model(cfg, ckpt["vocab_size"]).to(device)
     model.load_state_dict(ckpt["model"])
+    if average > 1:
+        files = snapshot_files(run, ckpt["step"])
+        if len(files) < average:
+            raise RunError(f"cannot average the last {average} snapshots of {run}: it has "
+                           f"{len(files)} (steps {', '.join(str(s) for s, _ in files)}); ask for "
+                           "fewer, or train with more snapshot_steps (--set snapshot_steps=...)")
+        model.load_state_dict(average_checkpoints([f for _, f in files[-average:]]))
     return model.eval(), tok, cfg
 
 

@@ -201,3 +201,36 @@ def test_committed_data_is_consistent():
     assert (COMMITTED.parent / "cross_attention.svg").read_text(encoding="utf-8") \
         == explorer.svg_figure(data)
     assert str(ROOT) not in COMMITTED.read_text(encoding="utf-8")
+
+
+def test_the_pages_numbers_are_the_committed_datas():
+    """book/explorer.md quotes the committed data: each number it quotes is recomputed here."""
+    import numpy as np
+    data = json.loads((ROOT / "book" / "_static" / "explorer" / "attention.json").read_text())
+    page = (ROOT / "book" / "explorer.md").read_text()
+    S, H = data["sentences"], data["heads"]
+    by = {s["index"]: s for s in S}
+
+    def W(s, kind, layer, head):
+        return np.array(s["weights"][kind][layer][head])
+
+    def mean_cell(i, kind, layer, query, key):          # mean of the heads, first matches
+        s = by[i]
+        rows = s["next"] if kind == "cross" else s["src"]
+        m = np.mean([W(s, kind, layer, h) for h in range(H)], 0)
+        q = next(j for j, p in enumerate(rows) if p.strip("\u2581") == query)
+        k = next(j for j, p in enumerate(s["src"]) if p.strip("\u2581") == key)
+        return f"{m[q, k]:.2f}"
+
+    sharp = [np.mean(np.concatenate([W(s, "cross", 1, h).max(1) for s in S])) for h in range(H)]
+    assert f"{min(sharp):.2f} to {max(sharp):.2f} on average in its heads" in page
+    assert f"*orangefarbenen* ({mean_cell(0, 'cross', 1, 'orange', 'orangefarbenen')} in the mean" in page
+    assert f"*Hut* ({mean_cell(0, 'cross', 1, 'hat', 'Hut')})" in page
+    assert f"(mouth, {mean_cell(600, 'cross', 1, 'its', 'Mund')})" in page
+    assert f"*A* ({mean_cell(200, 'cross', 1, 'can', 'A')})" in page
+    assert f"*Kan* ({mean_cell(200, 'cross', 1, 'can', 'Kan')})" in page
+    prev = [np.mean(np.concatenate([np.diag(W(s, "enc", 1, h), -1) for s in S])) for h in range(H)]
+    assert f"head 3 of layer 2 puts {prev[2]:.2f}" in page and f"same layer {prev[1]:.2f}" in page
+    top = sum(int(np.argmax(W(s, "dec", l, h).sum(0)) == 0)
+              for s in S for l in range(data["layers"]) for h in range(H))
+    assert f"most-read column in {top} of the {len(S) * data['layers'] * H}" in page

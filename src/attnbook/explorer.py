@@ -1,7 +1,7 @@
 """The data of the book's attention explorer (book/explorer.md): every attention weight of a
 trained translator on a fixed set of test sentences.
 
-    python -m attnbook.explorer runs/cpu-base/medium --out book/_static/explorer/attention.json
+    python -m attnbook.explorer runs/cpu-base/medium --average 5 --out book/_static/explorer/attention.json
 
 The sentences are every 50th of Multi30k's ``test_2016_flickr`` (numbers 0, 50, ..., 950: twenty,
 none skipped). Each is translated by beam search (beam 4, the run's length penalty): the search
@@ -136,9 +136,10 @@ def run_name(run: Path) -> str:
 
 
 def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
-            device="cpu") -> dict:
-    """The explorer's data for run folder ``run`` (see the module's docstring)."""
-    model, tok, cfg = load_run(run, device)
+            device="cpu", average: int = 1) -> dict:
+    """The explorer's data for run folder ``run`` (see the module's docstring); ``average``:
+    the weights are the mean of the run's last ``average`` snapshots (``runs.load_run``)."""
+    model, tok, cfg = load_run(run, device, average=average)
     if cfg.model != "transformer":
         raise RunError(f"{run} holds a {cfg.model} model; the explorer shows the attention of "
                        "the encoder-decoder Transformer: give a run trained with --model "
@@ -152,8 +153,10 @@ def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
         "run": run_name(run),
         "config": {k: getattr(cfg, k) for k in CONFIG_KEYS},
         "steps": metrics.get("steps"),
-        "val_loss": None if "val_loss" not in metrics else round(metrics["val_loss"], 4),
+        "val_loss": None if "val_loss" not in metrics or average > 1 else round(metrics["val_loss"], 4),
         "test_bleu": metrics.get("test_bleu"),
+        "weights_of": "the last checkpoint" if average == 1 else
+                      f"the mean of the last {average} snapshots (checkpoint averaging)",
         "sentences": f"one in every {every} sentences of Multi30k {SPLIT} ({cfg.src_lang}->"
                      f"{cfg.tgt_lang}), numbers 0, {every}, ..., {picks[-1]}: {count} sentences, "
                      "none skipped",
@@ -230,14 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=EVERY, help=f"step between test sentences "
                                                             f"(default {EVERY})")
     p.add_argument("--count", type=int, default=COUNT, help=f"sentences (default {COUNT})")
+    p.add_argument("--average", type=int, default=1, metavar="K",
+                   help="the mean of the run's last K snapshots (chapter 9 scores cpu-base with 5)")
     add_common(p, "threads", "data-dir")
     p.set_defaults(threads=1)  # the same bytes on every run: one thread, on the CPU
     args = p.parse_args(argv)
     try:
-        if args.every < 1 or args.count < 1:
-            raise UsageError("--every and --count must be at least 1")
+        if args.every < 1 or args.count < 1 or args.average < 1:
+            raise UsageError("--every, --count and --average must be at least 1")
         apply_common(args)
-        data = explore(args.run, args.every, args.count, args.data_dir)
+        data = explore(args.run, args.every, args.count, args.data_dir, average=args.average)
         paths = write(data, args.out)
     except (UsageError, RunError, DataError, ValueError) as e:
         return fail(e)

@@ -16,6 +16,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from . import BOS_ID, EOS_ID
+
 Task = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
@@ -126,7 +128,6 @@ def make_caesar_copy_task(k: int = 4, n_symbols: int = 8, shift: int = 1) -> Tas
     if k < 1 or n_symbols < 2:
         raise ValueError(f"need k >= 1 and n_symbols >= 2, got k={k} and n_symbols={n_symbols}")
     sep = 4 + n_symbols
-    from . import BOS_ID, EOS_ID
 
     def make_batch(batch_size: int, generator: torch.Generator):
         a = torch.randint(0, n_symbols, (batch_size, k), generator=generator)  # (B, k)

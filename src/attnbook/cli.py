@@ -43,7 +43,8 @@ def fail(message) -> int:
 # --- The options every command shares --------------------------------------------------------
 
 def add_common(p: argparse.ArgumentParser, *names: str) -> None:
-    """Add the shared options ``names``: any of "preset", "device", "threads", "data-dir"."""
+    """Add the shared options ``names``: any of "preset", "device", "threads", "data-dir",
+    "average"."""
     if "preset" in names:
         p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny",
                        help="the recipe to start from (default: cpu-tiny)")
@@ -52,13 +53,21 @@ def add_common(p: argparse.ArgumentParser, *names: str) -> None:
     if "threads" in names:
         p.add_argument("--threads", type=int,
                        help="CPU threads for PyTorch (default: PyTorch's; results depend on it)")
+    if "average" in names:
+        p.add_argument("--average", type=int, default=1, metavar="K",
+                       help="the mean of the weights of the run's last K snapshots (checkpoint "
+                            "averaging; default 1: the last checkpoint alone; cpu-base is scored "
+                            "with 5)")
     if "data-dir" in names:
         p.add_argument("--data-dir", help="folder with the Multi30k files "
                                           "(default: $MULTI30K_DIR or the cache)")
 
 
 def apply_common(args: argparse.Namespace) -> torch.device:
-    """Set the threads (``--threads``) and return the device (``--device``); UsageError if bad."""
+    """Set the threads (``--threads``), check ``--average``, and return the device
+    (``--device``); UsageError if bad."""
+    if getattr(args, "average", 1) < 1:
+        raise UsageError(f"--average must be at least 1, got {args.average}")
     threads = getattr(args, "threads", None)
     if threads is not None:
         if threads < 1:

@@ -114,16 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref", help="reference translations, aligned with --src")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
     p.add_argument("--sentences", type=int, default=0, help="only the first N sentences (0 = all)")
-    p.add_argument("--average", type=int, default=1, metavar="K",
-                   help="average the weights of the run's last K snapshots (default 1: the last "
-                        "checkpoint alone; cpu-base is scored with 5)")
-    add_common(p, "device", "threads", "data-dir")
+    add_common(p, "average", "device", "threads", "data-dir")
     p.add_argument("--save", type=Path, help="also write the translations to this file, one per line")
     args = p.parse_args(argv)
     if args.beam is not None and args.beam < 1:
         p.error(f"--beam must be at least 1, got {args.beam}")
-    if args.average < 1:
-        p.error(f"--average must be at least 1, got {args.average}")
     if args.sentences < 0:
         p.error(f"--sentences must be 0 (all) or positive, got {args.sentences}")
     own = args.src is not None or args.ref is not None

@@ -233,14 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=EVERY, help=f"step between test sentences "
                                                             f"(default {EVERY})")
     p.add_argument("--count", type=int, default=COUNT, help=f"sentences (default {COUNT})")
-    p.add_argument("--average", type=int, default=1, metavar="K",
-                   help="the mean of the run's last K snapshots (chapter 9 scores cpu-base with 5)")
-    add_common(p, "threads", "data-dir")
+    add_common(p, "average", "threads", "data-dir")
     p.set_defaults(threads=1)  # the same bytes on every run: one thread, on the CPU
     args = p.parse_args(argv)
     try:
-        if args.every < 1 or args.count < 1 or args.average < 1:
-            raise UsageError("--every, --count and --average must be at least 1")
+        if args.every < 1 or args.count < 1:
+            raise UsageError("--every and --count must be at least 1")
         apply_common(args)
         data = explore(args.run, args.every, args.count, args.data_dir, average=args.average)
         paths = write(data, args.out)

@@ -22,15 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m attnbook.translate", description=__doc__.split("\n")[0])
     p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
-    p.add_argument("--average", type=int, default=1, metavar="K",
-                   help="average the weights of the run's last K snapshots (default 1)")
-    add_common(p, "device", "threads")
+    add_common(p, "average", "device", "threads")
     args = p.parse_args(argv)
     try:
         if args.beam is not None and args.beam < 1:
             raise UsageError(f"--beam must be at least 1, got {args.beam}")
-        if args.average < 1:
-            raise UsageError(f"--average must be at least 1, got {args.average}")
         model, tok, cfg = load_run(args.run, apply_common(args), average=args.average)
     except (UsageError, RunError) as e:
         return fail(e)

@@ -92,6 +92,8 @@ OPTIONS = {
     "dropout": ("--dropout", dict(type=float, help="dropout rate, in [0, 1)")),
     "norm_first": ("--norm-first", dict(action=argparse.BooleanOptionalAction,
                                         help="pre-LN blocks, or post-LN as in the paper")),
+    "positional": ("--positional", dict(choices=("sinusoidal", "learned", "none"),
+                                        help="positional encoding (chapter 7)")),
     "vocab_size": ("--vocab-size", dict(type=int, help="BPE vocabulary size")),
     "max_tokens": ("--max-tokens", dict(type=int, help="tokens per batch (padded)")),
     "max_steps": ("--max-steps", dict(type=int, help="optimiser steps")),
@@ -194,3 +196,5 @@ def check_config(cfg: TrainConfig) -> None:
         if cfg.d_model % 2:
             raise UsageError(f"--d-model must be even (sinusoidal positions come in sin/cos "
                              f"pairs), got {cfg.d_model}")
+    if cfg.positional not in ("sinusoidal", "learned", "none"):
+        raise UsageError(f"--positional {cfg.positional!r}: choose sinusoidal, learned or none")

@@ -32,6 +32,7 @@ class TrainConfig:
     n_layers: int = 6
     dropout: float = 0.1
     norm_first: bool = False
+    positional: str = "sinusoidal"  # sinusoidal | learned | none (chapter 7; the ablations)
     vocab_size: int = 8000
     max_tokens: int = 8192        # tokens per batch (source or target side, padded)
     max_steps: int = 20000
@@ -59,7 +60,8 @@ class TrainConfig:
     def transformer_config(self, vocab_size: int) -> TransformerConfig:
         return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, h=self.h,
                                  d_ff=self.d_ff, n_layers=self.n_layers, dropout=self.dropout,
-                                 max_len=512, norm_first=self.norm_first)
+                                 max_len=512, norm_first=self.norm_first,
+                                 positional=self.positional)
 
 
 # Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
@@ -182,6 +184,7 @@ def upgrade_config(d: dict) -> dict:
     d = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
     if "bf16" in d:
         d.setdefault("precision", "auto" if d.pop("bf16") else "fp32")
+    d.setdefault("positional", "sinusoidal")   # runs saved before the ablations had no choice
     return d
 
 

@@ -1,0 +1,133 @@
+"""The paper's Table 3, in miniature: ablations of the cpu-tiny Transformer on Multi30k.
+
+    python -m attnbook.ablations --out runs/ablations --results results/cpu
+
+Vaswani et al. (2017, Table 3) vary one thing at a time in their base model: (A) the number of
+heads at a fixed width (so d_k = d_model / h shrinks as h grows), (D) dropout and label
+smoothing, (E) learned instead of sinusoidal positions. Here each variant changes one thing in
+the ``cpu-tiny`` Transformer (d_model 128, 4 heads, 2+2 layers, no dropout, label smoothing 0.1,
+1,200 steps), and each is trained with 3 seeds, one thread per run, so that losses and BLEU do
+not depend on how busy the machine is. The baseline is exactly the leaderboard's Transformer
+(chapter 9, ``board.json``): the same configuration, so the same runs.
+
+Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
+validation cross-entropy without label smoothing; the paper reports both, and label smoothing
+"hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .bleu import bleu
+from .data import load_multi30k
+from .decoding import translate
+from .experiments import (SNAPSHOTS, _open_run, header, run_name, score_all, summarise,
+                          train_all)
+from .recipe import preset
+from .utils import get_device
+
+# Each variant: (Table 3's row, what changes, the overrides of cpu-tiny's Transformer).
+VARIANTS = {
+    "base": ("base", "cpu-tiny's Transformer: h = 4 (d_k = 32), dropout 0, label smoothing 0.1, "
+             "sinusoidal positions", {}),
+    "heads-1": ("A", "1 head, d_k = 128", dict(h=1)),
+    "heads-8": ("A", "8 heads, d_k = 16", dict(h=8)),
+    "dropout-0.1": ("D", "dropout 0.1", dict(dropout=0.1)),
+    "no-label-smoothing": ("D", "label smoothing 0", dict(label_smoothing=0.0)),
+    "learned-positions": ("E", "learned positional embeddings instead of sinusoids",
+                          dict(positional="learned")),
+}
+SEEDS = (0, 1, 2)
+
+
+def variant_jobs(names, seeds, out: Path) -> list:
+    """(name, cfg, folder) for every variant and seed. The configuration is the leaderboard's
+    (with its snapshots), so the baseline's folders are the board's runs under another name."""
+    jobs = []
+    for name in names:
+        for seed in seeds:
+            cfg = replace(preset("cpu-tiny", "transformer"), seed=seed, **VARIANTS[name][2])
+            cfg = replace(cfg, snapshot_steps=tuple(s for s in SNAPSHOTS if s < cfg.max_steps))
+            jobs.append((name, cfg, out / name / run_name(cfg)))
+    return jobs
+
+
+def _score_ablation_run(job) -> dict:
+    """Test BLEU of the last checkpoint (beam search) and validation perplexity of one run."""
+    folder, model, tok, cfg, test, _ = _open_run(job, "test_2016_flickr")
+    hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size,
+                     alpha=cfg.length_alpha)
+    result = bleu(hyps, [t for _, t in test])
+    metrics = json.loads((folder / "metrics.json").read_text())
+    return {"seed": cfg.seed, "test_bleu": result["bleu"], "bleu_signature": result["signature"],
+            "val_loss": round(metrics["val_loss"], 4),
+            "val_perplexity": round(math.exp(metrics["val_loss"]), 3),
+            "parameters": metrics["parameters"], "train_time_s": metrics["train_time_s"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python -m attnbook.ablations",
+                                description="The paper's Table 3 in miniature (cpu-tiny, Multi30k).")
+    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
+    p.add_argument("--results", type=Path, help="folder for ablations.json")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--jobs", type=int, default=2, help="runs trained at once")
+    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
+    p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
+    p.add_argument("--sentences", type=int, default=0,
+                   help="score on the first N test sentences only (0 = all; the tests use a few)")
+    p.add_argument("--steps", type=int, default=0,
+                   help="train this many steps instead of the preset's (the tests use a few)")
+    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--data-dir")
+    args = p.parse_args(argv)
+    if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
+        p.error("give --out and --results relative to the repository (they are recorded in the "
+                "results, which must not name folders of the machine that made them)")
+    jobs = variant_jobs(args.variants, args.seeds, args.out)
+    if args.steps:
+        jobs = [(n, replace(c, max_steps=args.steps, snapshot_steps=(), eval_every=args.steps),
+                 f.parent / f"{f.name}_test{args.steps}") for n, c, f in jobs]
+    result = header("cpu-tiny", "python -m attnbook.ablations " + " ".join(argv), args.jobs,
+                    args.threads, args.note)
+    start = time.perf_counter()
+    train_all([(c, f) for _, c, f in jobs], args.jobs, args.threads, args.data_dir, args.device)
+    result["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
+    print(f"trained {len(jobs)} runs in {result['this_call_train_wall_time_s']:.0f} s")
+    if not args.results:
+        return 0
+    start = time.perf_counter()
+    runs = score_all(_score_ablation_run, [f for _, _, f in jobs], args.jobs, args.threads,
+                     args.data_dir, args.sentences, str(get_device(args.device)))
+    table = []
+    for name in args.variants:
+        mine = [r for (n, _, _), r in zip(jobs, runs) if n == name]
+        row, what, overrides = VARIANTS[name]
+        table.append({"variant": name, "row": row, "change": what, "overrides": overrides,
+                      "parameters": mine[0]["parameters"],
+                      "test_bleu": summarise([r["test_bleu"] for r in mine]),
+                      "val_perplexity": summarise([r["val_perplexity"] for r in mine]),
+                      "runs": mine})
+    test_set = load_multi30k("test_2016_flickr", data_dir=args.data_dir)[:args.sentences or None]
+    result.update({"test_set": f"test_2016_flickr ({len(test_set)} sentences)",
+                   "decoding": "beam 4, alpha 0.6",
+                   "perplexity": "exp(validation cross-entropy per target token, no label smoothing)",
+                   "variants": table,
+                   "score_wall_time_s": round(time.perf_counter() - start, 1),
+                   "train_time_s_sum": round(sum(r["train_time_s"] for r in runs), 1)})
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "ablations.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.results / 'ablations.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -67,7 +67,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbook import benchmarks
-from attnbook.recipe import translation_loss
+from attnbook.batching import translation_loss
 from attnbook.transformer import TransformerConfig
 
 TINY = dict(vocab_size=10, d_model=4, h=2, d_ff=8, n_layers=1, dropout=0.0)

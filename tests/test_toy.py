@@ -3,9 +3,11 @@ import pytest
 import torch
 
 from attnbook import BOS_ID, EOS_ID, PAD_ID
+import attnbook.toy as toy
+from attnbook.batching import lengths_mask, pad, translation_loss
 from attnbook.rnn import Seq2Seq
-from attnbook.toy import (SYMBOL_OFFSET, accuracy_by_length, cpu_threads, make_batch, pad,
-                          sequence_loss, to_symbols, train_toy, vocab_size)
+from attnbook.toy import (SYMBOL_OFFSET, accuracy_by_length, cpu_threads, make_batch,
+                          to_symbols, train_toy, vocab_size)
 
 
 def gen(seed=0):
@@ -79,14 +81,14 @@ def test_vocab_size_reserves_special_ids():
     assert SYMBOL_OFFSET == 4
 
 
-def test_sequence_loss_ignores_padding():
+def test_the_loss_ignores_padding():
     torch.manual_seed(0)
     b = make_batch(6, 2, 7, 5, generator=gen())
     logits = torch.randn(*b.tgt_out.shape, vocab_size(5))
-    loss = sequence_loss(logits, b.tgt_out, b.tgt_mask)
+    loss = translation_loss(logits, b.tgt_out)
     changed = logits.clone()
     changed[~b.tgt_mask] = 100 * torch.randn_like(changed[~b.tgt_mask])
-    torch.testing.assert_close(sequence_loss(changed, b.tgt_out, b.tgt_mask), loss)
+    torch.testing.assert_close(translation_loss(changed, b.tgt_out), loss)
     # and equals the plain mean over the real positions
     ref = torch.nn.functional.cross_entropy(logits[b.tgt_mask], b.tgt_out[b.tgt_mask])
     torch.testing.assert_close(loss, ref)
@@ -120,14 +122,12 @@ def test_accuracy_by_length_is_consistent():
 
 def test_accuracy_by_length_scores_a_perfect_model_as_perfect(monkeypatch):
     """With greedy decoding replaced by an oracle, both accuracies are exactly 1."""
-    import attnbook.rnn as rnn
-
     def oracle(model, src, src_mask, max_len, return_attention=False):
         L = int(src_mask.sum(1)[0])
         out = torch.cat([src[:, :L].flip(1), torch.full((src.shape[0], 1), EOS_ID)], 1)
         return out[:, :max_len]
 
-    monkeypatch.setattr(rnn, "greedy_decode", oracle)
+    monkeypatch.setattr(toy, "greedy_decode", oracle)
     res = accuracy_by_length(Seq2Seq(vocab_size(3), 8), [1, 4], n_symbols=3, n_per_length=20)
     assert res["exact"] == [1.0, 1.0] and res["token"] == [1.0, 1.0]
 
@@ -143,3 +143,12 @@ def test_cpu_threads_restores_the_setting():
     assert torch.get_num_threads() == before
     with cpu_threads(None):
         assert torch.get_num_threads() == before
+
+
+def test_lengths_mask_marks_the_first_lengths_positions():
+    m = lengths_mask(torch.tensor([3, 1, 0]), 4)
+    assert m.tolist() == [[True, True, True, False], [True, False, False, False], [False] * 4]
+    assert lengths_mask([2, 5]).shape == (2, 5)                      # L defaults to the longest
+    b = make_batch(16, 1, 7, 5, generator=gen(3))
+    assert torch.equal(b.src_mask, b.src != PAD_ID)                  # the toy batches use it
+    assert torch.equal(b.tgt_mask, b.tgt_out != PAD_ID)

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from attnbook import PAD_ID
+from attnbook.batching import translation_loss
 from attnbook.recipe import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits, noam_lr,
-                             preset, translation_loss, warmup_lr)
+                             preset, warmup_lr)
 from attnbook.runs import load_checkpoint
 from attnbook.train import train
 

@@ -3,52 +3,19 @@ import pytest
 import torch
 import torch.nn as nn
 
-from attnbook.transformer import Transformer, TransformerConfig
+from attnbook.batching import lengths_mask
+from attnbook.torch_twins import TorchTransformer, torch_encoder, torch_transformer
+from attnbook.transformer import SelfAttentionStack, Transformer, TransformerConfig
 
 CFG = dict(vocab_size=50, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0, max_len=64)
-
-
-def torch_twin(model: Transformer) -> nn.Transformer:
-    """An nn.Transformer with the same configuration and a copy of model's weights."""
-    c = model.cfg
-    kw = dict(d_model=c.d_model, nhead=c.h, dim_feedforward=c.d_ff, dropout=0.0,
-              batch_first=True, norm_first=c.norm_first)
-    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), c.n_layers,
-                                norm=nn.LayerNorm(c.d_model) if c.norm_first else None,
-                                enable_nested_tensor=False)
-    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), c.n_layers,
-                                norm=nn.LayerNorm(c.d_model) if c.norm_first else None)
-    ref = nn.Transformer(custom_encoder=enc, custom_decoder=dec, **kw).double()
-
-    def copy_attn(theirs, mine):
-        with torch.no_grad():
-            theirs.in_proj_weight.copy_(torch.cat([mine.W_q.weight, mine.W_k.weight, mine.W_v.weight]))
-            theirs.in_proj_bias.copy_(torch.cat([mine.W_q.bias, mine.W_k.bias, mine.W_v.bias]))
-            theirs.out_proj.weight.copy_(mine.W_o.weight)
-            theirs.out_proj.bias.copy_(mine.W_o.bias)
-
-    for theirs, mine in zip(list(ref.encoder.layers) + list(ref.decoder.layers),
-                            list(model.encoder) + list(model.decoder)):
-        copy_attn(theirs.self_attn, mine.self_attn)
-        if hasattr(theirs, "multihead_attn"):
-            copy_attn(theirs.multihead_attn, mine.cross_attn)
-        theirs.linear1.load_state_dict(mine.ff.linear1.state_dict())
-        theirs.linear2.load_state_dict(mine.ff.linear2.state_dict())
-        for i in (1, 2, 3):
-            if hasattr(theirs, f"norm{i}"):
-                getattr(theirs, f"norm{i}").load_state_dict(getattr(mine, f"norm{i}").state_dict())
-    if c.norm_first:
-        ref.encoder.norm.load_state_dict(model.enc_norm.state_dict())
-        ref.decoder.norm.load_state_dict(model.dec_norm.state_dict())
-    return ref
 
 
 def batch(seed=0):
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, 50, (3, 7), generator=g)
     tgt = torch.randint(4, 50, (3, 5), generator=g)
-    src_mask = torch.arange(7)[None] < torch.tensor([7, 4, 2])[:, None]
-    tgt_mask = torch.arange(5)[None] < torch.tensor([5, 3, 1])[:, None]
+    src_mask = lengths_mask([7, 4, 2])
+    tgt_mask = lengths_mask([5, 3, 1])
     return src.masked_fill(~src_mask, 0), src_mask, tgt.masked_fill(~tgt_mask, 0), tgt_mask
 
 
@@ -56,7 +23,7 @@ def batch(seed=0):
 def test_equals_nn_transformer_with_copied_weights(norm_first):
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(**CFG, norm_first=norm_first)).double()
-    ref = torch_twin(model)
+    ref = torch_transformer(model)
     src, src_mask, tgt, tgt_mask = batch()
     ours = model(src, src_mask, tgt, tgt_mask)                              # (B, T, V)
     causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.bool)
@@ -120,7 +87,6 @@ def test_weight_tying_and_bad_input():
 
 
 def test_self_attention_stack_causal_and_bidirectional():
-    from attnbook.transformer import SelfAttentionStack
     torch.manual_seed(0)
     cfg = TransformerConfig(**CFG)
     ids = torch.randint(4, 50, (2, 6))
@@ -135,7 +101,6 @@ def test_self_attention_stack_causal_and_bidirectional():
 
 
 def test_without_positions_self_attention_is_permutation_equivariant():
-    from attnbook.transformer import SelfAttentionStack
     torch.manual_seed(0)
     model = SelfAttentionStack(TransformerConfig(**{**CFG, "positional": "none"}), causal=False).eval()
     ids = torch.randint(4, 50, (1, 6))
@@ -156,3 +121,28 @@ def test_decode_returns_cross_attention_weights():
     for w in cross:
         torch.testing.assert_close(w.sum(-1), torch.ones(3, 4, 5))
         assert (w.permute(0, 2, 1, 3)[~src_mask[:, None, None, :].expand(3, 5, 4, 7)] == 0).all()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_decoder_only_stack_equals_nn_transformer_encoder_with_a_causal_mask(norm_first):
+    torch.manual_seed(0)
+    model = SelfAttentionStack(TransformerConfig(**CFG, norm_first=norm_first), causal=True)
+    model = model.double().eval()
+    ids, mask = torch.randint(4, 50, (3, 6)), lengths_mask([6, 4, 2])
+    x = model.pos(model.embed(ids) * CFG["d_model"] ** 0.5)            # (B, T, d_model)
+    causal = nn.Transformer.generate_square_subsequent_mask(6, dtype=torch.bool)  # True = hidden
+    theirs = torch_encoder(model)(x, mask=causal, src_key_padding_mask=~mask, is_causal=True)
+    ours = model.hidden(ids, mask)
+    torch.testing.assert_close(ours[mask], theirs[mask])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torch_transformer_wrapper_computes_the_book_model(norm_first):
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**CFG, norm_first=norm_first)).double().eval()
+    ref = TorchTransformer(model.cfg).double().load_from_book(model).eval()
+    src, src_mask, tgt, tgt_mask = batch()
+    torch.testing.assert_close(model(src, src_mask, tgt, tgt_mask)[tgt_mask],
+                               ref(src, src_mask, tgt, tgt_mask)[tgt_mask])
+    model.encoder[0].ff.linear1.bias.data += 0.1              # a twin is a copy, not a view
+    assert not torch.allclose(model(src, src_mask, tgt)[tgt_mask], ref(src, src_mask, tgt)[tgt_mask])

@@ -7,6 +7,11 @@ similar length go into the same batch ("bucketing"), and a batch holds as many s
 in a budget of ``max_tokens`` padded tokens, so short sentences come in big batches and long
 ones in small batches.
 
+This module also holds the two things every batch of the book is read with: the mask of real
+tokens built from lengths (:func:`lengths_mask`) and the loss over real target tokens
+(:func:`translation_loss`, PAD ignored), used by every model and chapter from Part I's toy task
+to chapter 10's language model.
+
 Every example appears in exactly one batch of an epoch: nothing is dropped or truncated. An
 example that alone exceeds the budget is an error, not a silent skip.
 """
@@ -17,12 +22,35 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID, PAD_ID
 
 
 class BatchingError(ValueError):
     """Bad input to the batching code; the message says what was wrong and how to fix it."""
+
+
+def lengths_mask(lengths: torch.Tensor | Sequence[int], L: int | None = None) -> torch.Tensor:
+    """(B, L) bool mask, True at the first ``lengths[b]`` positions of row b (the real tokens of
+    a right-padded batch, book/notation.md). ``L`` defaults to the longest length."""
+    lengths = torch.as_tensor(lengths)                                    # (B,)
+    L = int(lengths.max()) if L is None else L
+    return torch.arange(L, device=lengths.device)[None, :] < lengths[:, None]  # (B, L)
+
+
+def translation_loss(logits: torch.Tensor, tgt_out: torch.Tensor,
+                     label_smoothing: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy over real target tokens. logits (B, T, V), tgt_out (B, T) with PAD at
+    padded positions (ignored). With label smoothing eps the target distribution puts 1 - eps on
+    the right token and spreads eps uniformly over the whole vocabulary. The one loss of the
+    book: the toy task, the translators and (shifted by one) the language model use it."""
+    if logits.shape[:-1] != tgt_out.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} must be (B, T, V) for targets "
+                         f"{tuple(tgt_out.shape)} (B, T)")
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.float().reshape(-1, V), tgt_out.reshape(-1),
+                           ignore_index=PAD_ID, label_smoothing=label_smoothing)
 
 
 def pad(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,8 +68,7 @@ def pad(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> tuple[torch.Tens
     ids = torch.full((len(seqs), max(lengths)), pad_id, dtype=torch.long)  # (B, L)
     for b, s in enumerate(seqs):
         ids[b, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-    mask = torch.arange(ids.shape[1])[None, :] < torch.tensor(lengths)[:, None]  # (B, L)
-    return ids, mask
+    return ids, lengths_mask(lengths)                           # (B, L), (B, L)
 
 
 @dataclass

@@ -22,9 +22,10 @@ from . import BOS_ID, PAD_ID
 from .bench import time_call
 from .bench_attention import _error, _seconds, _stats, interleaved
 from .decoding import beam_search, greedy_decode
+from .batching import translation_loss
 from .rnn import Seq2Seq
-from .recipe import translation_loss
-from .transformer import Transformer, TransformerConfig, positional_encoding
+from .torch_twins import TorchTransformer
+from .transformer import Transformer, TransformerConfig
 from .utils import count_parameters
 
 
@@ -114,71 +115,8 @@ def matmul_rate(device: torch.device, n: int, dtype=torch.float32) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# nn.Transformer with the book's embeddings around it, and copied weights
+# Batches, and the book's Transformer beside nn.Transformer (attnbook.torch_twins) with its weights
 # ---------------------------------------------------------------------------------------------
-
-class TorchTransformer(nn.Module):
-    """``nn.Transformer`` wrapped like the book's Transformer: the same embedding (scaled by
-    sqrt(d_model)), positional encoding, dropout and tied output layer, so both do the same work.
-
-    forward(src (B, S), src_mask (B, S), tgt_in (B, T), tgt_mask (B, T)) -> logits (B, T, V);
-    masks in the book's convention (True = real token), negated for PyTorch's modules.
-    Post-LN stacks get no final LayerNorm (nn.Transformer's default adds one), as in the book.
-    """
-
-    def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.cfg = cfg
-        kw = dict(d_model=cfg.d_model, nhead=cfg.h, dim_feedforward=cfg.d_ff,
-                  dropout=cfg.dropout, batch_first=True, norm_first=cfg.norm_first)
-        enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), cfg.n_layers,
-                                    norm=nn.LayerNorm(cfg.d_model) if cfg.norm_first else None,
-                                    enable_nested_tensor=False)
-        dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), cfg.n_layers,
-                                    norm=nn.LayerNorm(cfg.d_model) if cfg.norm_first else None)
-        self.transformer = nn.Transformer(custom_encoder=enc, custom_decoder=dec, **kw)
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
-        self.pos = positional_encoding(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.out = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.out.weight = self.embed.weight
-
-    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.pos(self.embed(ids) * math.sqrt(self.cfg.d_model)))
-
-    def forward(self, src, src_mask, tgt_in, tgt_mask=None):
-        T = tgt_in.shape[1]
-        future = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = blocked
-        x = self.transformer(self.embed_tokens(src), self.embed_tokens(tgt_in), tgt_mask=future,
-                             src_key_padding_mask=~src_mask, memory_key_padding_mask=~src_mask,
-                             tgt_key_padding_mask=None if tgt_mask is None else ~tgt_mask,
-                             tgt_is_causal=True)                          # (B, T, d_model)
-        return self.out(x)                                                # (B, T, V)
-
-    @torch.no_grad()
-    def load_from_book(self, model: Transformer) -> "TorchTransformer":
-        """Copy the weights of the book's ``model`` (same configuration) into this module."""
-        self.embed.weight.copy_(model.embed.weight)
-        mine = list(self.transformer.encoder.layers) + list(self.transformer.decoder.layers)
-        for theirs, book in zip(mine, list(model.encoder) + list(model.decoder)):
-            pairs = [(theirs.self_attn, book.self_attn)]
-            if hasattr(theirs, "multihead_attn"):
-                pairs.append((theirs.multihead_attn, book.cross_attn))
-            for t, b in pairs:
-                t.in_proj_weight.copy_(torch.cat([b.W_q.weight, b.W_k.weight, b.W_v.weight]))
-                t.in_proj_bias.copy_(torch.cat([b.W_q.bias, b.W_k.bias, b.W_v.bias]))
-                t.out_proj.load_state_dict(b.W_o.state_dict())
-            theirs.linear1.load_state_dict(book.ff.linear1.state_dict())
-            theirs.linear2.load_state_dict(book.ff.linear2.state_dict())
-            for i in (1, 2, 3):
-                if hasattr(theirs, f"norm{i}"):
-                    mine_norm, book_norm = getattr(theirs, f"norm{i}"), getattr(book, f"norm{i}")
-                    mine_norm.load_state_dict(book_norm.state_dict())
-        if self.cfg.norm_first:
-            self.transformer.encoder.norm.load_state_dict(model.enc_norm.state_dict())
-            self.transformer.decoder.norm.load_state_dict(model.dec_norm.state_dict())
-        return self
-
 
 def random_batch(B: int, S: int, T: int, V: int, device="cpu", seed: int = 0) -> dict:
     """A batch of random sentences without padding: src (B, S), tgt_in = BOS + tgt_out[:, :-1]

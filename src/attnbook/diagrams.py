@@ -210,7 +210,7 @@ def transformer() -> Figure:
     _box(ax, xd, y + 0.76, w, 0.62, "Linear", _code("transformer.Transformer.out"), fill=OUT)
     _arrow(ax, (xd, y + 1.07), (xd, y + 1.55))
     _shape(ax, xd, y + 1.31, "logits (B, T, V)")
-    _box(ax, xd, y + 1.96, w, 0.82, "Softmax", _code("recipe.translation_loss") + ",\n"
+    _box(ax, xd, y + 1.96, w, 0.82, "Softmax", _code("batching.translation_loss") + ",\n"
          + _code("decoding.greedy_decode") + ", ...", fill=OUT)
     _arrow(ax, (xd, y + 2.37), (xd, y + 2.8))
     _shape(ax, xd, y + 2.58, "(B, T, V)")

@@ -45,11 +45,11 @@ from pathlib import Path
 
 import torch
 
-from .batching import TranslationBatches, make_batch
+from .batching import TranslationBatches, make_batch, translation_loss
 from .bleu import bleu, bleu_by_length
 from .data import load_multi30k
 from .decoding import translate
-from .recipe import MODELS, PRESETS, forward_logits, preset, same_run, translation_loss
+from .recipe import MODELS, PRESETS, forward_logits, preset, same_run
 from .runs import average_checkpoints, load_checkpoint, load_run, save_checkpoint, snapshot_files
 from .train import train, validation_loss
 from .utils import get_device, versions

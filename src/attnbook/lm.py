@@ -23,10 +23,9 @@ from typing import Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID, PAD_ID
-from .batching import pad, token_batches
+from .batching import pad, token_batches, translation_loss
 from .transformer import SelfAttentionStack, TransformerConfig
 
 
@@ -44,10 +43,9 @@ def lm_batches(seqs: Sequence[Sequence[int]], max_tokens: int, shuffle: bool = T
 
 def lm_loss(logits: torch.Tensor, ids: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Next-token cross-entropy: logits (B, L, V) of the model on ids (B, L); position t predicts
-    ids[:, t + 1]. PAD targets are ignored, so the mean is over real next tokens."""
-    V = logits.shape[-1]
-    return F.cross_entropy(logits[:, :-1].float().reshape(-1, V), ids[:, 1:].reshape(-1),
-                           ignore_index=PAD_ID, label_smoothing=label_smoothing)
+    ids[:, t + 1]. It is the book's one loss (:func:`attnbook.batching.translation_loss`, PAD
+    ignored) on targets shifted by one."""
+    return translation_loss(logits[:, :-1], ids[:, 1:], label_smoothing)
 
 
 # ---------------------------------------------------------------------------------------------

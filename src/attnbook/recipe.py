@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 
-from . import PAD_ID
+from .batching import translation_loss  # noqa: F401  (notebooks 09-10 import it from here: to go)
 from .lm import DecoderOnlyTranslator
 from .rnn import Seq2Seq
 from .transformer import Transformer, TransformerConfig
@@ -138,16 +137,6 @@ def warmup_lr(step: int, peak_lr: float, warmup: int) -> float:
     then ``peak_lr * sqrt(warmup / step)``. noam_lr(s, d, w, f) == warmup_lr(s, f * (d * w)^-0.5, w)."""
     step = max(step, 1)
     return peak_lr * min(step / warmup, (warmup / step) ** 0.5)
-
-
-def translation_loss(logits: torch.Tensor, tgt_out: torch.Tensor,
-                     label_smoothing: float = 0.0) -> torch.Tensor:
-    """Mean cross-entropy over real target tokens. logits (B, T, V), tgt_out (B, T) with PAD at
-    padded positions (ignored). With label smoothing eps the target distribution puts 1 - eps on
-    the right token and spreads eps uniformly over the whole vocabulary."""
-    V = logits.shape[-1]
-    return F.cross_entropy(logits.float().reshape(-1, V), tgt_out.reshape(-1),
-                           ignore_index=PAD_ID, label_smoothing=label_smoothing)
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:

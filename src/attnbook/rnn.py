@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from . import BOS_ID, EOS_ID, PAD_ID
+from .batching import lengths_mask
 from .attention import masked_softmax  # shared by every attention in the book: exact zeros
 
 
@@ -52,7 +53,7 @@ def _check_ids_and_mask(ids: torch.Tensor, mask: torch.Tensor, name: str) -> Non
     if (lengths == 0).any():
         raise ValueError(f"{name}_mask: sequence {int((lengths == 0).nonzero()[0])} has no real "
                          "token; every sequence needs at least one")
-    right_padded = torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]
+    right_padded = lengths_mask(lengths, ids.shape[1])
     if not torch.equal(mask, right_padded):
         raise ValueError(f"{name}_mask: padding must come after the real tokens (right "
                          "padding), with True at real tokens and False at padding")

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID
+from .batching import lengths_mask
 
 Task = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -92,7 +93,7 @@ def make_lookback_task(min_len: int, max_len: int, offset: int = 2, n_symbols: i
     def make_batch(batch_size: int, generator: torch.Generator):
         lengths = torch.randint(min_len, max_len + 1, (batch_size,), generator=generator)
         T = int(lengths.max())
-        mask = torch.arange(T)[None, :] < lengths[:, None]                    # (B, T)
+        mask = lengths_mask(lengths, T)                                        # (B, T)
         x = torch.randint(4, 4 + n_symbols, (batch_size, T), generator=generator)
         x = x.masked_fill(~mask, 0)                                            # PAD_ID = 0
         y = torch.zeros(batch_size, T, dtype=torch.long)                       # (B, T)

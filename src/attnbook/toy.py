@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID, PAD_ID
-from .batching import pad  # noqa: F401  (re-exported: the toy batches are padded like real ones)
+from .batching import lengths_mask, translation_loss
+from .rnn import greedy_decode
 
 SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
 TASKS = ("reverse", "copy")
@@ -77,7 +78,7 @@ def make_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
     lengths = torch.randint(min_len, max_len + 1, (batch_size,), generator=generator)  # (B,)
     S = int(lengths.max())
     pos = torch.arange(S)[None, :]                                      # (1, S)
-    src_mask = pos < lengths[:, None]                                   # (B, S)
+    src_mask = lengths_mask(lengths, S)                                 # (B, S)
     symbols = torch.randint(SYMBOL_OFFSET, SYMBOL_OFFSET + n_symbols, (batch_size, S),
                             generator=generator)                        # (B, S)
     src = symbols.masked_fill(~src_mask, PAD_ID)                        # (B, S)
@@ -91,7 +92,7 @@ def make_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
     tgt_in = torch.cat([torch.full((B, 1), BOS_ID, dtype=torch.long), tgt], 1)  # (B, S + 1)
     tgt_out = torch.cat([tgt, pad_col], 1)                              # (B, S + 1)
     tgt_out[torch.arange(B), lengths] = EOS_ID                          # EOS right after the target
-    tgt_mask = torch.arange(S + 1)[None, :] <= lengths[:, None]         # (B, S + 1)
+    tgt_mask = lengths_mask(lengths + 1, S + 1)                         # (B, S + 1)
     return ToyBatch(src, src_mask, tgt_in, tgt_out, tgt_mask)
 
 
@@ -114,9 +115,9 @@ def cpu_threads(n: int | None):
 
 def sequence_loss(logits: torch.Tensor, tgt_out: torch.Tensor,
                   tgt_mask: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over real target positions. logits (B, T, V); tgt_out, tgt_mask (B, T)."""
-    loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, reduction="none")  # (B, T)
-    return (loss * tgt_mask).sum() / tgt_mask.sum()
+    """Transitional name of :func:`attnbook.batching.translation_loss` (tgt_out holds PAD
+    wherever tgt_mask is False, so the mask adds nothing)."""
+    return translation_loss(logits, tgt_out)
 
 
 def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, max_len: int,
@@ -141,7 +142,7 @@ def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, 
             batch = make_batch(batch_size, min_len, max_len, n_symbols, task, generator=gen)
             src, src_mask, tgt_in, tgt_out, tgt_mask = (t.to(device) for t in batch)
             logits = model(src, src_mask, tgt_in)[0]                    # (B, T, V)
-            loss = sequence_loss(logits, tgt_out, tgt_mask)
+            loss = translation_loss(logits, tgt_out)                    # PAD ignored
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -168,8 +169,6 @@ def accuracy_by_length(model: torch.nn.Module, lengths: Sequence[int], n_symbols
 
     ``num_threads``: CPU threads during the evaluation (see :func:`cpu_threads`).
     """
-    from .rnn import greedy_decode
-
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

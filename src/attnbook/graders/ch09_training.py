@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import PAD_ID
-from ..recipe import translation_loss
+from ..batching import translation_loss
 from .core import Hint, expect_close, expect_pair, grader
 
 

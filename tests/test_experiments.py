@@ -201,3 +201,30 @@ def test_a_run_loads_with_its_last_snapshots_averaged(tmp_path, capsys):
     assert evaluate([str(run), "--sentences", "4", "--average", "9"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot average the last 9 snapshots") and "\n" not in err
+
+
+@needs_data
+def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatch):
+    from attnbook import ablations
+    monkeypatch.chdir(tmp_path)
+    assert ablations.main(["--out", "abl", "--results", "results", "--variants", "base", "heads-8",
+                           "--seeds", "0", "1", "--steps", "3", "--sentences", "4",
+                           "--jobs", "1"]) == 0
+    res = json.loads((tmp_path / "results" / "ablations.json").read_text())
+    base, heads = res["variants"]
+    assert [v["variant"] for v in res["variants"]] == ["base", "heads-8"]
+    assert heads["parameters"] == base["parameters"]         # more heads, same width: same size
+    configs = {}
+    for name in ("base", "heads-8"):
+        for seed in (0, 1):
+            (folder,) = (tmp_path / "abl" / name).glob(f"*seed{seed}*")
+            configs[name, seed] = json.loads((folder / "metrics.json").read_text())["config"]
+    differ = {k for k in configs["base", 0] if configs["base", 0][k] != configs["heads-8", 0][k]}
+    assert differ == {"h"} and configs["heads-8", 0]["h"] == 8
+    assert {k for k in configs["base", 0] if configs["base", 0][k] != configs["base", 1][k]} == {"seed"}
+    for v in res["variants"]:
+        assert [r["seed"] for r in v["runs"]] == [0, 1] and v["test_bleu"]["n"] == 2
+        assert v["test_bleu"]["mean"] == pytest.approx(sum(r["test_bleu"] for r in v["runs"]) / 2, abs=0.01)
+        for r in v["runs"]:
+            assert r["val_perplexity"] == pytest.approx(math.exp(r["val_loss"]), rel=1e-3)
+    assert str(tmp_path) not in json.dumps(res)

@@ -16,7 +16,6 @@ validation cross-entropy without label smoothing; the paper reports both, and la
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -25,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .bleu import bleu
+from .cli import Parser, add_common
 from .data import load_multi30k
 from .decoding import translate
 from .experiments import (SNAPSHOTS, _open_run, header, run_name, score_all, summarise,
@@ -73,21 +73,20 @@ def _score_ablation_run(job) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="python -m attnbook.ablations",
-                                description="The paper's Table 3 in miniature (cpu-tiny, Multi30k).")
+    p = Parser(prog="python -m attnbook.ablations",
+               description="The paper's Table 3 in miniature (cpu-tiny, Multi30k).")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")
     p.add_argument("--results", type=Path, help="folder for ablations.json")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once")
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
-    p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N test sentences only (0 = all; the tests use a few)")
     p.add_argument("--steps", type=int, default=0,
                    help="train this many steps instead of the preset's (the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--data-dir")
+    add_common(p, "device", "data-dir")
     args = p.parse_args(argv)
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
         p.error("give --out and --results relative to the repository (they are recorded in the "

@@ -32,7 +32,6 @@ continues where it stopped.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -47,9 +46,10 @@ import torch
 
 from .batching import TranslationBatches, make_batch, translation_loss
 from .bleu import bleu, bleu_by_length
+from .cli import Parser, add_common
 from .data import load_multi30k
 from .decoding import translate
-from .recipe import MODELS, PRESETS, forward_logits, preset, same_run
+from .recipe import MODELS, forward_logits, preset, same_run
 from .runs import average_checkpoints, load_checkpoint, load_run, save_checkpoint, snapshot_files
 from .train import train, validation_loss
 from .utils import get_device, versions
@@ -350,23 +350,21 @@ def header(preset_name: str, command: str, n_procs: int, threads: int, note: str
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="python -m attnbook.experiments",
-                                description="Chapter 9's learning-rate sweep and seeded leaderboard.")
+    p = Parser(prog="python -m attnbook.experiments",
+               description="Chapter 9's learning-rate sweep and seeded leaderboard.")
     p.add_argument("what", choices=("sweep", "board", "base", "train-only"))
-    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-tiny")
+    add_common(p, "preset", "device", "data-dir")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")
     p.add_argument("--results", type=Path, help="folder for sweep.json / board.json")
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--max-steps", type=int, default=600, help="sweep: steps per run")
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once (1 on a GPU)")
-    p.add_argument("--device", help="cpu, cuda or mps (default: the best available)")
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
     p.add_argument("--reuse", type=Path, help="board: the sweep's runs folder, to continue its runs")
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--data-dir")
     args = p.parse_args(argv)
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "

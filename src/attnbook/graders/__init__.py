@@ -13,8 +13,9 @@ of printing.
 Layout: :mod:`.core` holds what every grader shares (:class:`Hint`, :class:`GradeResult`,
 :class:`Grader`, the registry ``GRADERS`` and its decorator :func:`grader`, the ``expect_*``
 helpers); each chapter's graders live in their own module, named after the chapter's notebook
-(``ch00_setup`` .. ``ch10_decoder_only``), and are imported here in book order, which is the
-order of ``GRADERS``. The graders import the library; the library never imports them.
+(``ch00_setup`` .. ``ch10_decoder_only``; the workshop's in ``workshop``, ``workshop_blocks`` and
+``gallery``), and are imported here in book order, which is the order of ``GRADERS``. The graders
+import the library; the library never imports them.
 """
 from .ch00_setup import check_pad_batch
 from .ch01_bottleneck import check_gru_encode
@@ -31,6 +32,10 @@ from .ch08_transformer import check_next_token, check_pre_ln_encoder_block, chec
 from .ch09_training import check_corpus_bleu, check_modified_precision, check_smoothed_nll
 from .ch10_decoder_only import (check_cached_attention_step, check_prompt_target,
                                 check_temperature_softmax, check_top_k_filter)
+from .workshop import check_beam_search, check_train_step
+from .workshop_blocks import check_decode_step, check_decoder_block
+from .gallery import (check_gallery_corpus_bleu, check_label_smoothed_loss, check_lm_mask,
+                      check_masked_weights, check_padded_attention)
 from .core import (GRADERS, GradeResult, Grader, Hint, expect_close, expect_pair, expect_shape,
                    grader)
 
@@ -49,4 +54,7 @@ __all__ = [
     "check_smoothed_nll", "check_modified_precision", "check_corpus_bleu",
     "check_top_k_filter", "check_temperature_softmax", "check_prompt_target",
     "check_cached_attention_step",
+    "check_beam_search", "check_decoder_block", "check_train_step", "check_decode_step",
+    "check_masked_weights", "check_padded_attention", "check_lm_mask",
+    "check_gallery_corpus_bleu", "check_label_smoothed_loss",
 ]

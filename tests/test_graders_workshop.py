@@ -137,6 +137,10 @@ def decoder_block_einsum(block, x, memory, tgt_mask, src_mask, *, mistake=None):
         x = block.norm1(attend(block.self_attn, x, x, self_mask)) + x
         x = block.norm2(attend(block.cross_attn, x, memory, cross_mask)) + x
         return block.norm3(block.ff(x)) + x
+    if mistake == "no-residual":
+        x = block.norm1(attend(block.self_attn, x, x, self_mask))
+        x = block.norm2(attend(block.cross_attn, x, memory, cross_mask))
+        return block.norm3(block.ff(x))
     x = block.norm1(x + attend(block.self_attn, x, x, self_mask))
     x = block.norm2(x + attend(block.cross_attn, x, memory, cross_mask))
     return block.norm3(x + block.ff(x))
@@ -165,6 +169,7 @@ def test_the_graders_written_out_block_is_the_package_block():
     (decoder_block_einsum, "no-scale", "sqrt(d_k)"),
     (decoder_block_einsum, "heads-view", "view(B, L, h, d_k).transpose(1, 2)"),
     (decoder_block_einsum, "residual-after-norm", "added after the LayerNorm"),
+    (decoder_block_einsum, "no-residual", "residual connections are missing"),
     (decoder_block_einsum, "cross-reads-x", "from x")])
 def test_decoder_block_mistakes_get_their_hint(fn, mistake, fragment):
     assert_fails("ex-12-decoder-block", lambda *a: fn(*a, mistake=mistake), fragment)

@@ -71,9 +71,13 @@ def test_no_network_and_no_local_copy_says_how_to_get_the_files(isolated):
     assert not list((isolated / "cache" / "multi30k").glob("*.gz"))
 
 
-def test_missing_file_in_local_folder_is_named(tmp_path):
-    with pytest.raises(DataError, match=r"val\.de\.gz not found.*data_dir"):
+def test_missing_file_in_local_folder_is_named(tmp_path, monkeypatch):
+    with pytest.raises(DataError, match=r"val\.de\.gz not found.*data_dir") as e:
         load_multi30k("val", data_dir=tmp_path)
+    assert "give no data folder" in str(e.value) and "unset" not in str(e.value)
+    monkeypatch.setenv(data.ENV_DIR, str(tmp_path))        # the folder came from the variable
+    with pytest.raises(DataError, match=rf"\${data.ENV_DIR} points at .*unset {data.ENV_DIR}"):
+        load_multi30k("val")
 
 
 @needs_real

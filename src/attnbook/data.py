@@ -129,7 +129,9 @@ def locate(split: str, lang: str, data_dir: str | os.PathLike | None = None,
             raise DataError(
                 f"{path} not found: {source} points at {folder}, which should hold the raw "
                 f"Multi30k files ({', '.join(sorted(SHA256))}). Copy them there from "
-                f"{URL.format(name='')}, or unset {ENV_DIR} to download them into the cache.")
+                f"{URL.format(name='')}, or "
+                + ("give no data folder" if data_dir is not None else f"unset {ENV_DIR}")
+                + " to download them into the cache.")
         verify(path, name)
         return path
     path = cache_dir() / "multi30k" / name

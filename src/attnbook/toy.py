@@ -2,13 +2,15 @@
 
 A source is a random string of ``n_symbols`` different symbols; the target is the same string
 reversed (``task="reverse"``) or copied (``task="copy"``). Symbols use ids 4, 5, ...: ids 0-3 are
-the book's special tokens PAD, UNK, BOS, EOS. Batches follow book/notation.md:
+the book's special tokens PAD, UNK, BOS, EOS. A batch is the book's one batch type,
+:class:`attnbook.batching.Batch` (book/notation.md), as for real translations:
 
     src      (B, S)      symbol ids, right-padded with PAD_ID
     src_mask (B, S)      True at real tokens
     tgt_in   (B, S + 1)  BOS + target: what the decoder reads
     tgt_out  (B, S + 1)  target + EOS: what it must predict
     tgt_mask (B, S + 1)  True at real target positions (where the loss counts)
+    index    (B,)        0 .. B - 1
 
 Because the data are endless and free, the training loop draws a fresh batch at every step and
 runs for a fixed number of steps; :func:`accuracy_by_length` then decodes greedily on fresh
@@ -17,27 +19,17 @@ sequences of each length.
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID, PAD_ID
-from .batching import lengths_mask, translation_loss
+from .batching import Batch, lengths_mask, translation_loss
 from .rnn import greedy_decode
 
 SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
 TASKS = ("reverse", "copy")
-
-
-class ToyBatch(NamedTuple):
-    """A padded batch of the toy task (same field names as ``attnbook.batching.Batch``)."""
-
-    src: torch.Tensor       # (B, S) int64
-    src_mask: torch.Tensor  # (B, S) bool, True at real tokens
-    tgt_in: torch.Tensor    # (B, S + 1) int64, BOS + target
-    tgt_out: torch.Tensor   # (B, S + 1) int64, target + EOS
-    tgt_mask: torch.Tensor  # (B, S + 1) bool, True at real target positions
 
 
 def vocab_size(n_symbols: int) -> int:
@@ -64,7 +56,7 @@ def to_symbols(ids) -> list[str]:
 
 
 def make_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
-               task: str = "reverse", generator: torch.Generator | None = None) -> ToyBatch:
+               task: str = "reverse", generator: torch.Generator | None = None) -> Batch:
     """A batch of random sources with lengths drawn uniformly from [min_len, max_len].
 
     Use ``min_len == max_len`` for a batch of one length. ``generator`` makes it reproducible.
@@ -93,7 +85,7 @@ def make_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
     tgt_out = torch.cat([tgt, pad_col], 1)                              # (B, S + 1)
     tgt_out[torch.arange(B), lengths] = EOS_ID                          # EOS right after the target
     tgt_mask = lengths_mask(lengths + 1, S + 1)                         # (B, S + 1)
-    return ToyBatch(src, src_mask, tgt_in, tgt_out, tgt_mask)
+    return Batch(src, src_mask, tgt_in, tgt_out, tgt_mask, index=torch.arange(B))
 
 
 @contextlib.contextmanager
@@ -139,10 +131,9 @@ def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, 
     history = []
     with cpu_threads(num_threads):
         for step in range(steps):
-            batch = make_batch(batch_size, min_len, max_len, n_symbols, task, generator=gen)
-            src, src_mask, tgt_in, tgt_out, tgt_mask = (t.to(device) for t in batch)
-            logits = model(src, src_mask, tgt_in)[0]                    # (B, T, V)
-            loss = translation_loss(logits, tgt_out)                    # PAD ignored
+            b = make_batch(batch_size, min_len, max_len, n_symbols, task, generator=gen).to(device)
+            logits = model(b.src, b.src_mask, b.tgt_in)[0]              # (B, T, V)
+            loss = translation_loss(logits, b.tgt_out)                  # PAD ignored
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)

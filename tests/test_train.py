@@ -1,5 +1,6 @@
 """Training: the schedule, the loss, exact resumption after an interruption, and the commands."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -10,8 +11,8 @@ import torch
 
 from attnbook import PAD_ID
 from attnbook.batching import translation_loss
-from attnbook.recipe import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits, noam_lr,
-                             preset, warmup_lr)
+from attnbook.recipe import MODELS, PEAK_LR, PRESETS, build_model, forward_logits, preset
+from attnbook.schedules import noam_lr, warmup_cosine, warmup_cosine_scheduler, warmup_lr
 from attnbook.runs import load_checkpoint
 from attnbook.train import train
 
@@ -246,3 +247,20 @@ def test_resuming_with_other_options_names_each_difference(tmp_path):
               progress=False)
     with pytest.raises(FileNotFoundError, match="no checkpoint at .*; train first, or drop --resume"):
         train(cfg, tmp_path / "none", resume=True, progress=False)
+
+
+def test_warmup_cosine_rises_then_falls_to_zero_and_drives_the_optimiser():
+    steps, warmup = 100, 10
+    f = [warmup_cosine(s, warmup, steps) for s in range(1, steps + 1)]
+    assert f[0] == pytest.approx(0.1) and max(f) == f[warmup - 1] == pytest.approx(
+        0.5 * (1 + math.cos(math.pi * (warmup - 1) / steps)))
+    assert all(a > b for a, b in zip(f[warmup - 1:], f[warmup:])) and f[-1] < 1e-3
+    assert warmup_cosine(1, 0, steps) == 1.0                        # no warm-up
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    sched = warmup_cosine_scheduler(opt, warmup, steps)
+    seen = []
+    for _ in range(steps):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([2.0 * x for x in f])              # step k uses factor(k)

@@ -18,6 +18,7 @@ import torch
 from .batching import translation_loss  # noqa: F401  (notebooks 09-10 import it from here: to go)
 from .lm import DecoderOnlyTranslator
 from .rnn import Seq2Seq
+from .schedules import noam_lr, warmup_lr  # noqa: F401  (notebook 09 imports them from here: to go)
 from .transformer import Transformer, TransformerConfig
 
 
@@ -124,19 +125,6 @@ def preset(name: str, model: str = "transformer") -> TrainConfig:
     if model not in ALL_MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
     return replace(PRESETS[name], model=model, peak_lr=PEAK_LR[name][model])
-
-
-def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """The paper's learning rate at ``step`` (1-based): linear warm-up, then ~ 1/sqrt(step)."""
-    step = max(step, 1)
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-
-
-def warmup_lr(step: int, peak_lr: float, warmup: int) -> float:
-    """The same shape with its peak stated: linear warm-up to ``peak_lr`` at step ``warmup``,
-    then ``peak_lr * sqrt(warmup / step)``. noam_lr(s, d, w, f) == warmup_lr(s, f * (d * w)^-0.5, w)."""
-    step = max(step, 1)
-    return peak_lr * min(step / warmup, (warmup / step) ** 0.5)
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:

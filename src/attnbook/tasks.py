@@ -10,7 +10,6 @@ Models are called as ``model(inputs, mask) -> logits (B, T, n_classes)``, which 
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID
 from .batching import lengths_mask
+from .schedules import warmup_cosine_scheduler
 
 Task = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -32,8 +32,7 @@ def train_on_task(model: torch.nn.Module, make_batch: Task, steps: int, lr: floa
     """
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * i / steps)))
+    sched = warmup_cosine_scheduler(opt, warmup, steps)
     model.train()
     losses = []
     for _ in range(steps):

@@ -36,7 +36,8 @@ from .bleu import bleu_score
 from .cli import Parser, UsageError, add_common, add_recipe, apply_common, config_from_args, fail
 from .data import DataError, load_multi30k
 from .mha import MultiHeadAttention
-from .recipe import TrainConfig, build_model, forward_logits, warmup_lr
+from .recipe import TrainConfig, build_model, forward_logits
+from .schedules import warmup_lr
 from .rnn import Seq2Seq
 from .runs import RunError, check_resumable, load_checkpoint, save_checkpoint, trim_log
 from .tokenizer import Tokenizer, TokenizerError, multi30k_tokenizer

@@ -12,7 +12,7 @@ import torch
 
 from .. import PAD_ID
 from ..attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention
-from ..recipe import translation_loss
+from ..batching import translation_loss
 from .core import OFF_BY_ONE, Hint, expect_close, expect_shape, grader, lengths_mask, \
     shifted_causal_mask
 

@@ -2,7 +2,7 @@
 step (the decoder block and the key/value cache are in :mod:`.workshop_blocks`).
 
 Each grader compares the reader's code with the package's (decoding.beam_search,
-recipe.translation_loss) on small random cases, so that any correct style passes (loops, another
+batching.translation_loss) on small random cases, so that any correct style passes (loops, another
 dtype). When an answer is wrong the grader recomputes the typical mistakes and names the one the
 answer matches.
 """
@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from .. import BOS_ID, EOS_ID, PAD_ID
 from ..batching import make_batch
 from ..decoding import beam_search, length_penalty
-from ..recipe import translation_loss, warmup_lr
+from ..batching import translation_loss
+from ..schedules import warmup_lr
 from ..transformer import Transformer, TransformerConfig
 from .core import Hint, grader
 

@@ -170,7 +170,7 @@ def batch():
 def test_seq2seq_shapes(batch, attention):
     torch.manual_seed(0)
     model = Seq2Seq(vocab_size(6), d_model=16, attention=attention)
-    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in)
+    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
     B, S = batch.src.shape
     T = batch.tgt_in.shape[1]
     assert logits.shape == (B, T, vocab_size(6))
@@ -186,7 +186,7 @@ def test_seq2seq_shapes(batch, attention):
 def test_teacher_forcing_equals_step_by_step(batch, attention):
     torch.manual_seed(0)
     model = Seq2Seq(vocab_size(6), d_model=16, attention=attention)
-    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in)
+    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
     H, h_last = model.encoder(batch.src, batch.src_mask)
     memory = model.decoder.prepare(H, h_last, batch.src_mask)
     s = h_last
@@ -232,7 +232,7 @@ def test_greedy_decode_agrees_with_teacher_forcing_on_its_own_output(batch):
     model = Seq2Seq(vocab_size(6), d_model=16, attention=True).eval()
     tokens = greedy_decode(model, batch.src, batch.src_mask, max_len=6)
     tgt_in = torch.cat([torch.full((tokens.shape[0], 1), BOS_ID), tokens[:, :-1]], 1)
-    logits = model(batch.src, batch.src_mask, tgt_in)[0]
+    logits = model(batch.src, batch.src_mask, tgt_in)
     still_going = torch.cat([torch.ones(tokens.shape[0], 1, dtype=torch.bool),
                              (tokens[:, :-1] != EOS_ID).cumprod(1).bool()], 1)
     assert torch.equal(logits.argmax(-1)[still_going], tokens[still_going])
@@ -330,7 +330,7 @@ def test_seq2seq_with_luong_scores(batch, score):
     model = Seq2Seq(vocab_size(6), d_model=16, attention=True, score=score)
     assert isinstance(model.decoder.attention, LuongAttention)
     assert model.decoder.attention.kind == score
-    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in)
+    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
     B, S = batch.src.shape
     T = batch.tgt_in.shape[1]
     assert logits.shape == (B, T, vocab_size(6)) and alphas.shape == (B, T, S)
@@ -363,3 +363,23 @@ def test_seq2seq_score_argument_errors():
         Seq2Seq(10, 8, attention=False, score="dot")
     with pytest.raises(ValueError, match="d_attn"):
         Seq2Seq(10, 8, attention=True, d_attn=4, score="dot")
+
+
+def test_every_model_returns_logits_and_attention_only_on_request(batch):
+    from attnbook.transformer import Transformer, TransformerConfig
+    torch.manual_seed(0)
+    V = vocab_size(6)
+    gru = Seq2Seq(V, 16, attention=True)
+    tr = Transformer(TransformerConfig(vocab_size=V, d_model=16, h=2, d_ff=32, n_layers=2,
+                                       dropout=0.0, max_len=32))
+    for model in (gru, Seq2Seq(V, 16), tr):
+        logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
+        assert isinstance(logits, torch.Tensor) and logits.shape == (*batch.tgt_in.shape, V)
+    logits, alphas = gru(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
+    assert alphas.shape == (*batch.tgt_in.shape, batch.src.shape[1])
+    assert Seq2Seq(V, 16)(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)[1] is None
+    logits2, cross = tr.eval()(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
+                               return_attention=True)
+    assert len(cross) == 2 and cross[0].shape == (batch.src.shape[0], 2, batch.tgt_in.shape[1],
+                                                  batch.src.shape[1])
+    torch.testing.assert_close(logits2, tr(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask))

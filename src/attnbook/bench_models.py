@@ -378,10 +378,7 @@ def bench_recurrence(device: torch.device, quick: bool = False) -> dict:
 
     def make_step(name, model, b):
         def step():
-            if isinstance(model, Seq2Seq):
-                logits = model(b["src"], b["src_mask"], b["tgt_in"])[0]
-            else:
-                logits = model(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])
+            logits = model(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])  # any model
             translation_loss(logits, b["tgt_out"], label_smoothing=0.1).backward()
             opts[name].step()
             opts[name].zero_grad(set_to_none=True)

@@ -142,10 +142,8 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
 
 
 def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
-    """Teacher-forced logits (B, T, V) of a batch, for a Transformer or a GRU Seq2Seq (which
-    takes no target mask: its recurrence only ever looks back) -- compiled or not."""
-    if isinstance(getattr(model, "_orig_mod", model), Seq2Seq):
-        return model(b.src, b.src_mask, b.tgt_in)[0]
+    """Teacher-forced logits (B, T, V) of a batch: every model of the book (GRU Seq2Seq,
+    Transformer, decoder-only), compiled or not, takes the same four tensors."""
     return model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
 
 

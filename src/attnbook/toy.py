@@ -118,8 +118,8 @@ def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, 
               num_threads: int | None = 1) -> list[float]:
     """Train ``model`` with Adam for exactly ``steps`` steps, a fresh random batch each step.
 
-    The model is called as ``model(src, src_mask, tgt_in)`` and must return ``(logits, ...)``
-    with logits of shape (B, T, V), like :class:`attnbook.rnn.Seq2Seq`. The data come from a
+    The model is called as ``model(src, src_mask, tgt_in)`` and must return logits of shape
+    (B, T, V), as every model of the book does (:class:`attnbook.rnn.Seq2Seq`, the Transformer). The data come from a
     generator seeded with ``seed``, so two models trained with the same seed see the same
     batches. Gradients are clipped to norm ``clip``. ``num_threads``: CPU threads during the
     loop (see :func:`cpu_threads`). Returns the loss of every step (a list of ``steps`` floats).
@@ -132,7 +132,7 @@ def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, 
     with cpu_threads(num_threads):
         for step in range(steps):
             b = make_batch(batch_size, min_len, max_len, n_symbols, task, generator=gen).to(device)
-            logits = model(b.src, b.src_mask, b.tgt_in)[0]              # (B, T, V)
+            logits = model(b.src, b.src_mask, b.tgt_in)                 # (B, T, V)
             loss = translation_loss(logits, b.tgt_out)                  # PAD ignored
             opt.zero_grad(set_to_none=True)
             loss.backward()

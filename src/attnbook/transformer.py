@@ -199,8 +199,10 @@ class Transformer(nn.Module):
         logits = self.out(self.dec_norm(x))  # (B, T, V): a score for every vocabulary entry
         return (logits, cross) if return_attention else logits
 
-    def forward(self, src, src_mask, tgt_in, tgt_mask=None):
-        """src (B, S), src_mask (B, S), tgt_in (B, T), tgt_mask (B, T) -> logits (B, T, V).
+    def forward(self, src, src_mask, tgt_in, tgt_mask=None, return_attention: bool = False):
+        """src (B, S), src_mask (B, S), tgt_in (B, T), tgt_mask (B, T) -> logits (B, T, V);
+        with ``return_attention=True`` also every decoder layer's cross-attention weights
+        (a list of N tensors (B, h, T, S)), as :meth:`decode` returns them.
 
         softmax(logits[b, t]) is the model's probability distribution over the next token
         after tgt_in[b, :t+1]. tgt_mask only matters at padded target positions (whose outputs
@@ -208,7 +210,8 @@ class Transformer(nn.Module):
         """
         if src.shape != src_mask.shape:
             raise ValueError(f"src {tuple(src.shape)} and src_mask {tuple(src_mask.shape)} differ")
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask,
+                           return_attention=return_attention)
 
 
 class SelfAttentionStack(nn.Module):

@@ -23,7 +23,11 @@ With ``use_cache=True`` (the default) each step feeds only the newest token, and
 what it computed for the earlier ones in a cache (``decode(..., cache=dict)``): the keys and
 values of every decoder layer for the Transformer, the recurrent state for a GRU. Without the
 cache, step t re-runs the decoder over all t tokens of the prefix; the result is the same
-(tests/test_decoding.py checks it) but the work grows with the square of the output length.
+(tests/test_decoding.py checks it) but not the work. Over a whole output of n tokens, without
+the cache the projections, feed-forward layers and output layer cost O(n^2) and self-attention
+O(n^3) (step t recomputes all t positions, each attending to up to t keys); with it they cost
+O(n) and O(n^2) (step t computes one position, which attends to t cached keys). Chapter 9 and the
+appendix count the operations.
 """
 from __future__ import annotations
 

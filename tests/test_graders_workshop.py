@@ -13,7 +13,7 @@ from attnbook import BOS_ID, EOS_ID, PAD_ID
 from attnbook.attention import causal_mask, scaled_dot_product_attention
 from attnbook.bleu import bleu
 from attnbook.graders import workshop, workshop_blocks
-from attnbook.recipe import translation_loss
+from attnbook.batching import translation_loss
 from graderkit import assert_fails, assert_registered, grade, stub
 
 LABELS = {"ex-12-beam-search": "beam_search", "ex-12-decoder-block": "decoder_block",

@@ -54,6 +54,73 @@ SEEDS = (0, 1, 2)
 MEASURED = ("base", "heads-1", "heads-8", "dropout-0.1", "no-label-smoothing", "learned-positions")
 
 
+# Vaswani et al. (2017), Table 3 (newstest2013, the development set): for each variant, the
+# paper's corresponding change, and (BLEU, perplexity) of the changed model and of the model it
+# is compared with. Rows correspond by what they do: "8 heads" doubles our 4 as the paper's 16
+# doubles its 8; the paper's base has dropout and ours has none, so its dropout row is read the
+# other way round (its base against its row without dropout).
+PAPER_BASE = (25.8, 4.92)
+PAPER = {
+    "heads-1": ("h = 1 (d_k = 512)", (24.9, 5.29), PAPER_BASE),
+    "heads-8": ("h = 16 (d_k = 32), twice the base's heads", (25.8, 4.91), PAPER_BASE),
+    "heads-16": ("h = 32 (d_k = 16), four times", (25.4, 5.01), PAPER_BASE),
+    "layers-1": ("N = 2 instead of 6", (23.7, 6.11), PAPER_BASE),
+    "d-ff-512": ("d_ff = 4096, twice the base's", (26.2, 4.75), PAPER_BASE),
+    "dropout-0.1": ("dropout 0.1 (its base) against 0.0", PAPER_BASE, (24.6, 5.77)),
+    "no-label-smoothing": ("label smoothing 0", (25.3, 4.67), PAPER_BASE),
+    "label-smoothing-0.2": ("label smoothing 0.2", (25.7, 5.47), PAPER_BASE),
+    "learned-positions": ("learned positional embedding", (25.7, 4.92), PAPER_BASE),
+}
+
+
+def load_results(name: str = "ablations.json") -> dict:
+    """results/cpu/<name> from this folder or a parent (the book's repository): the notebooks'
+    way to the committed results, with a clear error where there are none."""
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        if (folder / "results" / "cpu" / name).is_file():
+            return json.loads((folder / "results" / "cpu" / name).read_text())
+    raise FileNotFoundError(
+        f"results/cpu/{name} not found: the book's pages show results committed in its "
+        "repository; open the notebook from a clone of the repository, or make them with "
+        "`python -m attnbook.ablations --out runs/ablations --results results/cpu`")
+
+
+def change(res: dict, name: str, key: str) -> float:
+    """Mean of ``key`` ("test_bleu" or "val_perplexity") over the variant's seeds, minus the
+    base's mean."""
+    v = {x["variant"]: x for x in res["variants"]}
+    return v[name][key]["mean"] - v["base"][key]["mean"]
+
+
+def markdown_table(res: dict, names=None) -> str:
+    """The variants ``names`` (default: all) of ``res`` as a Markdown table: test BLEU and
+    validation perplexity, mean ± std (min–max) over the seeds, the change from the base, and
+    the paper's change for the corresponding row."""
+    spread = lambda s: f"{s['mean']:.2f} ± {s['std']:.2f} ({s['min']:.2f}–{s['max']:.2f})"  # noqa: E731
+    rows = ["| variant | row | change | parameters | test BLEU | ΔBLEU | validation perplexity "
+            "| Δppl | paper: its change | ΔBLEU | Δppl |", "|" + "---|" * 11]
+    for v in res["variants"]:
+        name = v["variant"]
+        if names is not None and name not in names:
+            continue
+        ours = ("", "") if name == "base" else (f"{change(res, name, 'test_bleu'):+.2f}",
+                                                f"{change(res, name, 'val_perplexity'):+.2f}")
+        what, (b1, p1), (b0, p0) = PAPER.get(name, ("", (0, 0), (0, 0)))
+        theirs = (what, f"{b1 - b0:+.1f}", f"{p1 - p0:+.2f}") if what else ("", "", "")
+        rows.append(f"| {name} | {v['row']} | {v['change']} | {v['parameters']:,} | "
+                    f"{spread(v['test_bleu'])} | {ours[0]} | {spread(v['val_perplexity'])} | "
+                    f"{ours[1]} | {' | '.join(theirs)} |")
+    return "\n".join(rows)
+
+
+def outside_base_range(res: dict, name: str, key: str) -> bool:
+    """Whether all of the variant's seeds lie on one side of all of the base's seeds: a change
+    that three seeds of each can tell apart from chance."""
+    v = {x["variant"]: x for x in res["variants"]}
+    a, b = v[name][key], v["base"][key]
+    return a["min"] > b["max"] or a["max"] < b["min"]
+
+
 def variant_jobs(names, seeds, out: Path) -> list:
     """(name, cfg, folder) for every variant and seed. The configuration is the leaderboard's
     (with its snapshots), so the baseline's folders are the board's runs under another name."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -128,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             lm.append(run_lm(kind, seed, train_batches, val_batches))
             print(f"lm {kind:9s} seed {seed}: validation loss {lm[-1]['val_loss']:.3f} "
                   f"({lm[-1]['train_seconds']:.0f} s)", flush=True)
-    result = {"command": " ".join(["python -m attnbook.beyond_runs",
-                                   *(sys.argv[1:] if argv is None else argv)]),
+    result = {"command": shlex.join(["python", "-m", "attnbook.beyond_runs",
+                                     *(sys.argv[1:] if argv is None else argv)]),
               "note": args.note, "environment": versions(),
               "wall_time_s": round(time.perf_counter() - start, 1), "seeds": list(SEEDS),
               "reversal": {"settings": REVERSAL, "runs": reversal},

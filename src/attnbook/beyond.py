@@ -190,7 +190,8 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                                key_mask: torch.Tensor | None = None,
                                eps: float = 1e-6) -> torch.Tensor:
     """Causal linear attention as a recurrent network: one state (M, z) updated per position,
-    M_t = M_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t) M_t / (phi(q_t) . z_t).
+    M_t = M_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t),
+    out_t = phi(q_t) M_t / (phi(q_t) . z_t).
 
     Same arguments and result as ``linear_attention(q, k, v, causal=True, key_mask=key_mask)``.
     Besides the output (..., T, d_v), it holds only the state, (..., d_k, d_v): memory that does
@@ -224,8 +225,8 @@ def _key_mask(key_mask: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     try:
         torch.broadcast_shapes(key_mask.shape, k.shape[:-1])
     except RuntimeError:
-        raise ValueError(f"key_mask of shape {tuple(key_mask.shape)} does not broadcast to the keys' "
-                         f"(..., S) = {tuple(k.shape[:-1])}; for heads (B, h, S, d_k) pass "
+        raise ValueError(f"key_mask of shape {tuple(key_mask.shape)} does not broadcast to the "
+                         f"keys' (..., S) = {tuple(k.shape[:-1])}; for heads (B, h, S, d_k) pass "
                          "mask[:, None, :]") from None
     return key_mask.to(k.dtype)
 
@@ -253,14 +254,15 @@ class LinearAttention(MultiHeadAttention):
                              f"got shape {tuple(key_mask.shape)}, dtype {key_mask.dtype}")
         q, k, v = (self.split_heads(W(x)) for W in (self.W_q, self.W_k, self.W_v))  # (B, h, T, d_k)
         m = None if key_mask is None else key_mask[:, None, :]                       # (B, 1, T)
-        out = linear_attention(q, k, v, causal=causal, key_mask=m)                   # (B, h, T, d_k)
+        out = linear_attention(q, k, v, causal=causal, key_mask=m)          # (B, h, T, d_k)
         return self.W_o(out.transpose(1, 2).reshape(B, T, self.d_model)), None
 
 
 # ---------------------------------------------------------------------------------------------
 # A gated diagonal state-space layer
 
-def linear_recurrence(a: torch.Tensor, b: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+def linear_recurrence(a: torch.Tensor, b: torch.Tensor,
+                      chunk_size: int | None = None) -> torch.Tensor:
     """h_t = a_t * h_{t-1} + b_t for t = 1..T, with h_0 = 0, elementwise (a diagonal state).
 
     a (values in (0, 1]), b: (..., T, d). Returns h (..., T, d).
@@ -405,7 +407,8 @@ class ReversalBatch(NamedTuple):
 
 
 def reversal_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
-                   generator: torch.Generator | None = None, task: str = "reverse") -> ReversalBatch:
+                   generator: torch.Generator | None = None,
+                   task: str = "reverse") -> ReversalBatch:
     """Chapter 1's task (:func:`attnbook.toy.make_batch`) as one sequence per example,
     ``BOS source EOS target EOS`` (:func:`attnbook.lm.prompt_target_example`).
 

@@ -1,6 +1,7 @@
-"""The training runs of chapter 11: three token mixers, three seeds each, on two of the book's tasks.
+"""The training runs of chapter 11: three token mixers, three seeds each, on two of the book's
+tasks.
 
-    python -m attnbook.beyond_runs --out results/cpu/beyond.json          # about 10 minutes, 1 thread
+    python -m attnbook.beyond_runs --out results/cpu/beyond.json   # 17 minutes on a busy 2-core VM
 
 1. **Reversal** (chapter 1's task as one sequence, :func:`attnbook.beyond.reversal_batch`):
    exact-match and per-token accuracy by length for softmax attention, linear attention and the
@@ -65,7 +66,8 @@ def run_reversal(kind: str, seed: int) -> dict:
 def caption_data():
     """Chapter 10's data: (train batches, validation batches) of BOS caption EOS."""
     tok = multi30k_tokenizer(LM["vocab"])
-    train = tok.encode_batch([en for _, en in load_multi30k("train", "de", "en")], bos=True, eos=True)
+    train = tok.encode_batch([en for _, en in load_multi30k("train", "de", "en")],
+                             bos=True, eos=True)
     val = tok.encode_batch([en for _, en in load_multi30k("val", "de", "en")][:LM["n_val"]],
                            bos=True, eos=True)
     return (lm_batches(train, max_tokens=LM["max_tokens"], seed=0),

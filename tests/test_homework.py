@@ -96,6 +96,9 @@ def test_student_edition_removes_solutions_and_keeps_everything_else(name):
         for i in ex.solution_markdown:
             assert book.cells[i].source not in text
         for i in ex.solution_code:  # ... and so are the bodies of the coding solutions
+            if not homework.defines_code(book.cells[i].source):   # and the measurements
+                assert book.cells[i].source not in text
+                continue
             body = ast.parse(book.cells[i].source).body
             for fn in (n for n in body if isinstance(n, ast.FunctionDef)):
                 last = ast.unparse(fn.body[-1])
@@ -241,3 +244,19 @@ def test_grade_command_on_the_student_edition_of_chapter_0(tmp_path, capsys):
     assert "[FAIL] ex-00-pad: `pad_batch` is not implemented yet" in printed
     assert homework.main(["grade", str(tmp_path / "00_setup.ipynb")]) == 1
     assert "0 passed, 1 failed" in capsys.readouterr().out
+
+
+def test_a_measured_solution_is_removed_and_needs_no_grader():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("```{exercise} How low?\n:label: ex-99-floor\n\nMeasure.\n```"),
+                nbformat.v4.new_markdown_cell("```{solution-start} ex-99-floor\n:class: dropdown\n```"),
+                nbformat.v4.new_code_cell("floor = min([3.5, 0.4])\nprint(floor)"),
+                nbformat.v4.new_markdown_cell("It stays below 4."),
+                nbformat.v4.new_markdown_cell("```{solution-end}\n```")]
+    assert homework.coding_exercises(nb) == []                   # no grader needed
+    student = homework.student_notebook(nb)
+    text = "\n".join(c.source for c in student.cells)
+    assert "min([3.5" not in text and "below 4" not in text and "Your answer to ex-99-floor" in text
+    nb.cells[2].source = "def floor(xs):\n    return min(xs)"   # a function is stubbed instead
+    assert [ex.label for ex in homework.coding_exercises(nb)] == ["ex-99-floor"]
+    assert "raise NotImplementedError" in homework.student_notebook(nb).cells[-1].source

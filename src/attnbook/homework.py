@@ -16,6 +16,10 @@ How exercises are written in a notebook (sphinx-exercise's gated solutions)::
     [markdown]  ```{solution-end}```
     [code]      check_gru_step(gru_step)        <- the grader call, kept in every edition
 
+An experimental exercise's solution may hold code cells that *run* the experiment (no def or
+class): the book shows the measured result its written solution quotes, and the student edition
+removes them with the written solution.
+
 The **student edition** replaces every solution code cell by a stub — each function and class
 keeps its signature and docstring, and its body becomes ``raise NotImplementedError(hint)`` —
 removes the written solutions and the solution markers, and clears all outputs.
@@ -88,9 +92,17 @@ def exercise_labels(nb) -> list[str]:
             for m in EXERCISE_LABEL.finditer(c.source)]
 
 
+def defines_code(source: str) -> bool:
+    """Whether a solution cell defines a function or class (the student writes it) rather than
+    running a measurement (an experimental exercise's result, shown with its written solution)."""
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               for n in ast.parse(source).body)
+
+
 def coding_exercises(nb) -> list[Exercise]:
-    """The exercises whose solution has code: each must have a registered grader."""
-    return [ex for ex in find_exercises(nb) if ex.solution_code]
+    """The exercises whose solution defines code: each must have a registered grader."""
+    return [ex for ex in find_exercises(nb)
+            if any(defines_code(nb.cells[i].source) for i in ex.solution_code)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,9 +167,11 @@ def student_notebook(nb):
     drop = set()
     for ex in find_exercises(nb):
         drop.update([ex.start, ex.end, *ex.solution_markdown])
-        for i in ex.solution_code:
+        defining = [i for i in ex.solution_code if defines_code(nb.cells[i].source)]
+        drop.update(set(ex.solution_code) - set(defining))  # measurements: part of the answer
+        for i in defining:
             nb.cells[i].source = stub_source(nb.cells[i].source, ex.label)
-        if not ex.solution_code:  # a written solution: leave a place for the answer
+        if not defining:  # a written (or measured) solution: leave a place for the answer
             nb.cells[ex.start] = nbformat.v4.new_markdown_cell(
                 f"*Your answer to {ex.label}:*\n\n...")
             drop.discard(ex.start)

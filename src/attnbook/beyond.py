@@ -32,10 +32,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import PAD_ID
-from .batching import pad
+from .batching import pad, translation_loss
 from .lm import prompt_target_example
 from .mha import MultiHeadAttention
+from .schedules import warmup_cosine_scheduler
 from .toy import make_batch as toy_batch
 from .transformer import SelfAttentionStack, TransformerConfig
 
@@ -431,28 +431,22 @@ def reversal_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
     return ReversalBatch(ids, targets, mask, positions)
 
 
-def target_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of logits (B, L, V) against targets (B, L), PAD targets ignored."""
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)
-
-
 def train_model(model: nn.Module, next_batch: Callable[[int], tuple], steps: int,
                 lr: float = 3e-3, warmup: int = 20, clip: float = 1.0) -> list[float]:
     """AdamW with a linear warm-up and a cosine decay, for ``steps`` steps; returns the losses.
 
     next_batch(step) -> (ids (B, L), targets (B, L), mask (B, L)) or, with a fourth element,
-    positions (B, L) for the model; the loss is :func:`target_loss` of
+    positions (B, L) for the model; the loss is the book's one loss, ``translation_loss`` of
     ``model(ids, mask, positions=positions)`` against targets.
     """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * i / steps)))
+    sched = warmup_cosine_scheduler(opt, warmup, steps)
     model.train()
     losses = []
     for step in range(steps):
         ids, targets, mask, *positions = next_batch(step)
         logits = model(ids, mask, positions=positions[0]) if positions else model(ids, mask)
-        loss = target_loss(logits, targets)
+        loss = translation_loss(logits, targets)                   # PAD targets ignored
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from . import PAD_ID
-from .beyond import MIXERS, mixer_model, reversal_accuracy, reversal_batch, target_loss, train_model
+from .batching import translation_loss
+from .beyond import MIXERS, mixer_model, reversal_accuracy, reversal_batch, train_model
 from .data import load_multi30k
 from .lm import lm_batches
 from .tokenizer import multi30k_tokenizer
@@ -87,7 +88,7 @@ def validation_loss(model, val_batches) -> float:
     for ids, mask in val_batches:
         targets = next_token_targets(ids)
         k = int((targets != PAD_ID).sum())
-        total += target_loss(model(ids, mask), targets).item() * k
+        total += translation_loss(model(ids, mask), targets).item() * k
         n += k
     return total / n
 

@@ -44,6 +44,19 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     return torch.softmax(scores, dim=dim) * mask     # ... and its weights become zero here
 
 
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """ValueError, naming the shapes, unless q (..., T, d_k), k (..., S, d_k), v (..., S, d_v)."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(f"q, k, v need at least 2 dimensions (..., length, width); got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"queries and keys must have the same width d_k: q has {q.shape[-1]}, "
+                         f"k has {k.shape[-1]} (shapes {tuple(q.shape)} and {tuple(k.shape)})")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"keys and values must have the same length S: k has {k.shape[-2]}, "
+                         f"v has {v.shape[-2]} (shapes {tuple(k.shape)} and {tuple(v.shape)})")
+
+
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  mask: torch.Tensor | None = None, causal: bool = False,
                                  scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,15 +71,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     scale: the factor applied to q k^T; default 1 / sqrt(d_k).
     Returns ``(out, weights)``: out (..., T, d_v) and the attention weights (..., T, S).
     """
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(f"q, k, v need at least 2 dimensions (..., length, width); got shapes "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"queries and keys must have the same width d_k: q has {q.shape[-1]}, "
-                         f"k has {k.shape[-1]} (shapes {tuple(q.shape)} and {tuple(k.shape)})")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"keys and values must have the same length S: k has {k.shape[-2]}, "
-                         f"v has {v.shape[-2]} (shapes {tuple(k.shape)} and {tuple(v.shape)})")
+    check_qkv(q, k, v)
     T, S, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale                  # (..., T, S)

@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .attention import check_qkv
 from .batching import pad, translation_loss
 from .lm import prompt_target_example
 from .mha import MultiHeadAttention
@@ -40,18 +41,6 @@ from .toy import make_batch as toy_batch
 from .transformer import SelfAttentionStack, TransformerConfig
 
 MIXERS = ("softmax", "linear", "recurrent")
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(f"q, k, v need at least 2 dimensions (..., length, width); got shapes "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"queries and keys must have the same width d_k: q has {q.shape[-1]}, "
-                         f"k has {k.shape[-1]} (shapes {tuple(q.shape)} and {tuple(k.shape)})")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"keys and values must have the same length S: k has {k.shape[-2]}, "
-                         f"v has {v.shape[-2]} (shapes {tuple(k.shape)} and {tuple(v.shape)})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +63,7 @@ def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     and out = acc / l at the end (Milakov and Gimelshein 2018; Dao et al. 2022). The largest
     temporary is one (..., block_size, block_size) block of scores.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if block_size < 1:
         raise ValueError(f"block_size must be at least 1, got {block_size}")
     T, S, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -152,7 +141,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 
     :func:`linear_attention_recurrent` is the one-position-at-a-time form (C = 1).
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if causal and q.shape[-2] != k.shape[-2]:
         raise ValueError(f"causal linear attention needs as many queries as keys; got T = "
                          f"{q.shape[-2]}, S = {k.shape[-2]}")
@@ -198,7 +187,7 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     not grow with T, and constant work per generated token. (Under autograd every state is kept
     for the backward pass; train with the parallel form.)
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(f"the recurrent form is causal and needs as many queries as keys; got "
                          f"T = {q.shape[-2]}, S = {k.shape[-2]}")

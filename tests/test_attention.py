@@ -3,6 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnbook.batching import lengths_mask
 from attnbook.attention import (causal_mask, masked_softmax, padding_mask,
                                 scaled_dot_product_attention, to_torch_mask)
 
@@ -19,7 +20,7 @@ def test_matches_pytorch_sdpa_forward_and_backward(seed):
     d_k, d_v = torch.randint(1, 17, (2,), generator=g).tolist()
     q, k, v = rand(B, h, T, d_k, g=g), rand(B, h, S, d_k, g=g), rand(B, h, S, d_v, g=g)
     lengths = torch.randint(1, S + 1, (B,), generator=g)
-    mask = padding_mask(torch.arange(S)[None, :] < lengths[:, None])    # (B, 1, 1, S)
+    mask = padding_mask(lengths_mask(lengths, S))    # (B, 1, 1, S)
     # For T != S PyTorch's causal mask is aligned top-left and the book's bottom-right (the
     # queries are the last T positions), so the causal comparison is made where they agree.
     for causal in ((False, True) if T == S else (False,)):

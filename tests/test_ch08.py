@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import attnbook.mha as mha_module
+from attnbook.batching import lengths_mask
 from attnbook.graders import GRADERS
 from attnbook.mha import MultiHeadAttention
 from attnbook.transformer import Transformer, TransformerConfig
@@ -12,8 +13,8 @@ CFG = dict(vocab_size=30, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0, max
 
 def batch():
     g = torch.Generator().manual_seed(0)
-    src_mask = torch.arange(7)[None] < torch.tensor([7, 4, 1])[:, None]     # (B, S)
-    tgt_mask = torch.arange(5)[None] < torch.tensor([5, 2, 3])[:, None]     # (B, T)
+    src_mask = lengths_mask([7, 4, 1])     # (B, S)
+    tgt_mask = lengths_mask([5, 2, 3])     # (B, T)
     src = torch.randint(4, 30, (3, 7), generator=g).masked_fill(~src_mask, 0)
     tgt = torch.randint(4, 30, (3, 5), generator=g).masked_fill(~tgt_mask, 0)
     return src, src_mask, tgt, tgt_mask

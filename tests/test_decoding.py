@@ -6,6 +6,7 @@ import itertools
 import pytest
 import torch
 
+from attnbook.batching import lengths_mask
 from attnbook import BOS_ID, EOS_ID, PAD_ID
 from attnbook.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob
 from attnbook.transformer import Transformer, TransformerConfig
@@ -21,7 +22,7 @@ def tiny_model(seed, V=7):
 def src_batch(seed, B=3, S=5, V=7):
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, V, (B, S), generator=g)
-    mask = torch.arange(S)[None] < torch.randint(1, S + 1, (B,), generator=g)[:, None]
+    mask = lengths_mask(torch.randint(1, S + 1, (B,), generator=g), S)
     return src.masked_fill(~mask, 0), mask
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from attnbook.batching import lengths_mask
 from attnbook.attention import causal_mask, scaled_dot_product_attention
 from attnbook.graders import ch05_multi_head_attention as G
 from attnbook.mha import MultiHeadAttention
@@ -23,7 +24,7 @@ def test_mhsa_reference_equals_nn_multihead_attention(h, masks):
     with torch.no_grad():  # nn.Linear computes x @ weight.T, so weight = W.T
         torch_mha.in_proj_weight.copy_(torch.cat([W_q.T, W_k.T, W_v.T]))
         torch_mha.out_proj.weight.copy_(W_o.T)
-    real = torch.arange(T)[None, :] < torch.tensor([5, 3, 1])[:, None]
+    real = lengths_mask([5, 3, 1], T)
     key_mask = real if masks in ("padding", "both") else None
     causal = masks in ("causal", "both")
     out, w = G._ref_mhsa(x, W_q, W_k, W_v, W_o, h, key_mask, causal)
@@ -52,7 +53,7 @@ def test_head_contributions_reference_adds_up_to_the_output():
     torch.manual_seed(0)
     mha = MultiHeadAttention(12, 3).double()
     x = torch.randn(2, 5, 12, dtype=torch.float64)
-    real = torch.arange(5)[None, :] < torch.tensor([5, 2])[:, None]
+    real = lengths_mask([5, 2], 5)
     with torch.no_grad():
         parts = G._ref_head_contributions(mha, x, real)
         torch.testing.assert_close(parts.sum(1) + mha.W_o.bias, mha(x, key_mask=real)[0])

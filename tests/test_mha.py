@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from attnbook.batching import lengths_mask
 from attnbook.attention import to_torch_mask
 from attnbook.mha import MultiHeadAttention
 from attnbook.positional import (LearnedPositionalEncoding, SinusoidalPositionalEncoding,
@@ -24,7 +25,7 @@ def test_self_attention_equals_torch_with_padding_and_causal(h, need_weights):
     ours, ref = pair(16, h)
     B, T = 3, 6
     x = torch.randn(B, T, 16, dtype=torch.float64, requires_grad=True)
-    real = torch.arange(T)[None, :] < torch.tensor([6, 4, 1])[:, None]     # (B, T)
+    real = lengths_mask([6, 4, 1], T)     # (B, T)
     for causal in (False, True):
         out, w = ours(x, key_mask=real, causal=causal, need_weights=need_weights)
         attn_mask = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.bool) if causal else None
@@ -43,7 +44,7 @@ def test_self_attention_equals_torch_with_padding_and_causal(h, need_weights):
 def test_cross_attention_equals_torch():
     ours, ref = pair(12, 3, seed=1)
     x, ctx = torch.randn(2, 4, 12, dtype=torch.float64), torch.randn(2, 7, 12, dtype=torch.float64)
-    real = torch.arange(7)[None, :] < torch.tensor([7, 3])[:, None]
+    real = lengths_mask([7, 3], 7)
     out, _ = ours(x, ctx, key_mask=real)
     exp, _ = ref(x, ctx, ctx, key_padding_mask=~real)
     torch.testing.assert_close(out, exp)

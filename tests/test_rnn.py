@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from attnbook.batching import lengths_mask
 from attnbook import BOS_ID, EOS_ID, PAD_ID
 from attnbook.rnn import (AdditiveAttention, Encoder, Seq2Seq, greedy_decode, masked_softmax,
                           weighted_sum)
@@ -9,7 +10,7 @@ from attnbook.toy import make_batch, vocab_size
 
 
 def padding_mask(lengths, S):
-    return torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
+    return lengths_mask(lengths, S)
 
 
 # --- masked softmax -------------------------------------------------------------------------

@@ -10,8 +10,9 @@ import torch
 
 from ..attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention
 from ..bench import peak_memory, score_matrix_bytes
+from ..batching import lengths_mask
 from .core import (OFF_BY_ONE, Hint, expect_close, expect_pair, expect_shape, grader,
-                   lengths_mask, shifted_causal_mask)
+                   shifted_causal_mask)
 
 
 def _c4_pad_mask(lengths, S: int) -> torch.Tensor:

@@ -8,8 +8,9 @@ import torch
 
 from ..attention import causal_mask, masked_softmax, scaled_dot_product_attention
 from ..mha import MultiHeadAttention
+from ..batching import lengths_mask
 from .core import (OFF_BY_ONE, Hint, expect_close, expect_pair, expect_shape, grader,
-                   lengths_mask, shifted_causal_mask)
+                   shifted_causal_mask)
 
 
 def _ref_mhsa(x, W_q, W_k, W_v, W_o, h, key_mask=None, causal=False, *, scale=None,

@@ -9,7 +9,8 @@ import torch
 
 from ..attention import causal_mask
 from ..transformer import SelfAttentionStack, TransformerConfig
-from .core import OFF_BY_ONE, Hint, expect_shape, grader, lengths_mask, shifted_causal_mask
+from ..batching import lengths_mask
+from .core import OFF_BY_ONE, Hint, expect_shape, grader, shifted_causal_mask
 
 
 def _first_difference(got: torch.Tensor, ref: torch.Tensor) -> tuple:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..transformer import EncoderBlock, Transformer, TransformerConfig
-from .core import Hint, expect_close, expect_pair, expect_shape, grader, lengths_mask
+from ..batching import lengths_mask
+from .core import Hint, expect_close, expect_pair, expect_shape, grader
 
 
 def _ch08_pre_ln_block(d_model: int, h: int, d_ff: int):

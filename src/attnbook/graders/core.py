@@ -119,12 +119,6 @@ def expect_close(got, expected, what: str, atol: float = 1e-5, rtol: float = 1e-
                    f"{idx}: expected {expected[idx].item():.6g}, got {got[idx].item():.6g}")
 
 
-def lengths_mask(lengths, S: int) -> torch.Tensor:
-    """(B, S) bool padding mask, True at the first lengths[b] positions of row b (a length may be
-    0, unlike :func:`attnbook.batching.pad`, which builds the same mask from real sequences)."""
-    return torch.arange(S)[None, :] < torch.as_tensor(lengths)[:, None]
-
-
 # The two off-by-one causal masks (chapters 4 to 6): their diagonal shift and what is wrong.
 OFF_BY_ONE = {
     1: "the causal mask is off by one: your mask lets position t see t + 1, the next token, "

@@ -13,7 +13,8 @@ import torch
 from .. import PAD_ID
 from ..attention import causal_mask, masked_softmax, padding_mask, scaled_dot_product_attention
 from ..batching import translation_loss
-from .core import OFF_BY_ONE, Hint, expect_close, expect_shape, grader, lengths_mask, \
+from ..batching import lengths_mask
+from .core import OFF_BY_ONE, Hint, expect_close, expect_shape, grader, \
     shifted_causal_mask
 
 

@@ -16,7 +16,8 @@ import torch
 from .. import BOS_ID
 from ..attention import causal_mask, masked_softmax
 from ..transformer import DecoderBlock, Transformer, TransformerConfig
-from .core import Hint, expect_close, expect_shape, grader, lengths_mask
+from ..batching import lengths_mask
+from .core import Hint, expect_close, expect_shape, grader
 
 # ---------------------------------------------------------------------------------------------
 # A whole decoder block

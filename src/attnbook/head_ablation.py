@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from . import __version__
-from .batching import TranslationBatches, pad
+from .batching import TranslationBatches, pad, translation_loss
 from .bleu import bleu
 from .cli import Parser, UsageError, add_common, apply_common, fail
 from .data import DataError, load_multi30k
@@ -51,7 +51,7 @@ from .decoding import greedy_decode
 from .experiments import header
 from .mha import MultiHeadAttention
 from .plotting import OKABE_ITO, use_book_style
-from .recipe import forward_logits, translation_loss
+from .recipe import forward_logits
 from .runs import RunError, load_run
 
 # id: (name, module name pattern; the layer number goes in the braces), as on the attention page

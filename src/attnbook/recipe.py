@@ -1,5 +1,6 @@
 """The training recipe (chapter 9): the run's configuration, the presets, each model's peak
-learning rate, the model registry, the learning-rate schedule and the loss.
+learning rate and the model registry. The schedule is :func:`attnbook.schedules.warmup_lr`, the
+loss :func:`attnbook.batching.translation_loss`.
 
 The recipe of Vaswani et al. (2017), section 5: a joint BPE vocabulary; batches of about
 ``max_tokens`` tokens of similar length; Adam with beta2 = 0.98 and the learning rate
@@ -15,10 +16,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .batching import translation_loss  # noqa: F401  (notebooks 09-10 import it from here: to go)
 from .lm import DecoderOnlyTranslator
 from .rnn import Seq2Seq
-from .schedules import noam_lr, warmup_lr  # noqa: F401  (notebook 09 imports them from here: to go)
 from .transformer import Transformer, TransformerConfig
 
 

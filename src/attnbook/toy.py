@@ -105,13 +105,6 @@ def cpu_threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def sequence_loss(logits: torch.Tensor, tgt_out: torch.Tensor,
-                  tgt_mask: torch.Tensor) -> torch.Tensor:
-    """Transitional name of :func:`attnbook.batching.translation_loss` (tgt_out holds PAD
-    wherever tgt_mask is False, so the mask adds nothing)."""
-    return translation_loss(logits, tgt_out)
-
-
 def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, max_len: int,
               task: str = "reverse", batch_size: int = 64, lr: float = 3e-3, clip: float = 1.0,
               seed: int = 0, log_every: int | None = None,

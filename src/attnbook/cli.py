@@ -111,7 +111,7 @@ OPTIONS = {
 TYPES = typing.get_type_hints(TrainConfig)          # field: int, float, bool, str or tuple
 POSITIVE = ("d_model", "h", "d_ff", "n_layers", "vocab_size", "max_tokens", "max_steps",
             "warmup", "eval_every", "beam_size", "accum_steps")
-NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha")
+NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha", "learned_std")
 
 
 def flag(field: str) -> str:

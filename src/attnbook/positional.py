@@ -57,11 +57,11 @@ class LearnedPositionalEncoding(nn.Module):
     rather than a silent truncation.
     """
 
-    def __init__(self, d_model: int, max_len: int = 1024):
+    def __init__(self, d_model: int, max_len: int = 1024, std: float = 0.02):
         super().__init__()
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
-        nn.init.normal_(self.embedding.weight, std=0.02)
+        nn.init.normal_(self.embedding.weight, std=std)   # 0.02 as BERT and GPT-2 (chapter 7)
 
     def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """offset: an int, or a (B, T) int64 tensor of per-token positions (as above)."""

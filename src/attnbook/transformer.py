@@ -36,6 +36,7 @@ class TransformerConfig:
     max_len: int = 1024       # longest sequence the positional encoding must cover
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN
     positional: str = "sinusoidal"  # "learned", or "none" (chapter 7's experiment)
+    learned_std: float = 0.02       # the learned table's starting standard deviation
     tie_embeddings: bool = True     # one matrix for source, target embeddings and output layer
 
     def to_dict(self) -> dict:
@@ -47,7 +48,7 @@ def positional_encoding(cfg: TransformerConfig) -> nn.Module:
     if cfg.positional == "sinusoidal":
         return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
     if cfg.positional == "learned":
-        return LearnedPositionalEncoding(cfg.d_model, cfg.max_len)
+        return LearnedPositionalEncoding(cfg.d_model, cfg.max_len, cfg.learned_std)
     if cfg.positional == "none":
         return _NoPositions()
     raise ValueError(f"unknown positional encoding {cfg.positional!r}: choose sinusoidal, "

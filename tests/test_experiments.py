@@ -228,3 +228,14 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
         for r in v["runs"]:
             assert r["val_perplexity"] == pytest.approx(math.exp(r["val_loss"]), rel=1e-3)
     assert str(tmp_path) not in json.dumps(res)
+
+
+def test_load_results_walks_up_to_the_repository_and_names_the_command(tmp_path, monkeypatch):
+    from attnbook.utils import load_results
+    (tmp_path / "results" / "cpu").mkdir(parents=True)
+    (tmp_path / "results" / "cpu" / "x.json").write_text('{"a": 1}')
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")                 # a notebook's folder
+    assert load_results("cpu/x.json") == {"a": 1}
+    with pytest.raises(FileNotFoundError, match=r"results/cpu/y.json not found.*`make y`"):
+        load_results("cpu/y.json", how="make y")

@@ -78,18 +78,6 @@ PAPER = {
 }
 
 
-def load_results(name: str = "ablations.json") -> dict:
-    """results/cpu/<name> from this folder or a parent (the book's repository): the notebooks'
-    way to the committed results, with a clear error where there are none."""
-    for folder in [Path.cwd(), *Path.cwd().parents]:
-        if (folder / "results" / "cpu" / name).is_file():
-            return json.loads((folder / "results" / "cpu" / name).read_text())
-    raise FileNotFoundError(
-        f"results/cpu/{name} not found: the book's pages show results committed in its "
-        "repository; open the notebook from a clone of the repository, or make them with "
-        "`python -m attnbook.ablations --out runs/ablations --results results/cpu`")
-
-
 def change(res: dict, name: str, key: str) -> float:
     """Mean of ``key`` ("test_bleu" or "val_perplexity") over the variant's seeds, minus the
     base's mean."""

@@ -1,9 +1,11 @@
 """Small helpers every notebook uses: seeding, determinism, the device, its precision, versions."""
 import contextlib
+import json
 import os
 import platform
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -176,3 +178,15 @@ def versions() -> dict:
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of trainable parameters of ``model``."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def load_results(relative: str, how: str = "") -> dict:
+    """The committed result ``results/<relative>`` (JSON), found in this folder or a parent (the
+    book's repository): how the notebooks load what a longer command measured. ``how``: the
+    command that makes the file, named in the error when it is missing."""
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        if (folder / "results" / relative).is_file():
+            return json.loads((folder / "results" / relative).read_text())
+    raise FileNotFoundError(f"results/{relative} not found: the book's pages show results "
+                            "committed in its repository; open the notebook from a clone of the "
+                            "repository" + (f", or make the file with `{how}`" if how else ""))

@@ -38,8 +38,12 @@ book: $(STAMP) mathjax
 mathjax: $(STAMP)
 	$(PY) tools/fetch_mathjax.py
 
+# One thread per process: the two pytest workers, their notebook kernels and the commands the
+# tests start share two cores, and PyTorch's OpenMP threads spin-wait when the cores are
+# oversubscribed (chapter 6 took 5 minutes instead of 10 s). The stored outputs were executed
+# with one thread too.
 test: $(STAMP) mathjax
-	$(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
 	    -p no:cacheprovider -q -ra
 
@@ -48,7 +52,7 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 notebooks: $(STAMP)
-	$(PY) tools/execute_notebooks.py notebooks/*.ipynb
+	OMP_NUM_THREADS=1 $(PY) tools/execute_notebooks.py notebooks/*.ipynb
 
 # Several minutes on a laptop CPU; writes results/bench/cpu/ (and cuda/) JSON and PNG files,
 # which the appendix "Performance" reads. BENCH_ARGS="--threads 1" on a busy machine.

@@ -102,3 +102,33 @@ def test_positional_modules():
     assert learned(x).shape == (2, 6, 8)
     with pytest.raises(ValueError, match="max_len=6"):
         learned(torch.zeros(1, 7, 8))
+
+
+def test_key_width_apart_from_value_width():
+    """d_k set alone (Table 3, row B): q and k are h slices of width d_k, v of width d_model / h,
+    scores divided by sqrt(d_k); the fused and the from-scratch paths agree, with a cache too."""
+    torch.manual_seed(0)
+    B, T, S, d_model, h, d_k = 2, 3, 5, 16, 4, 2
+    m = MultiHeadAttention(d_model, h, d_k=d_k).eval()
+    assert m.W_q.weight.shape == m.W_k.weight.shape == (h * d_k, d_model)
+    assert m.W_v.weight.shape == (d_model, d_model) and (m.d_k, m.d_v) == (2, 4)
+    x, ctx = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
+    mask = lengths_mask(torch.tensor([5, 3]), S)                        # (B, S)
+    out, w = m(x, ctx, key_mask=mask, need_weights=True)
+    q = m.W_q(x).view(B, T, h, d_k).transpose(1, 2)                     # (B, h, T, d_k)
+    k = m.W_k(ctx).view(B, S, h, d_k).transpose(1, 2)                   # (B, h, S, d_k)
+    v = m.W_v(ctx).view(B, S, h, 4).transpose(1, 2)                     # (B, h, S, d_v)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~mask[:, None, None], -math.inf)
+    ref = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d_model)
+    torch.testing.assert_close(w, scores.softmax(-1))
+    torch.testing.assert_close(out, m.W_o(ref))
+    torch.testing.assert_close(m(x, ctx, key_mask=mask)[0], out)       # the fused kernel
+    cache, steps = {}, []                                               # causal self-attention,
+    for t in range(T):                                                  # one token at a time
+        steps.append(m(x[:, t:t + 1], causal=True, cache=cache)[0])
+    torch.testing.assert_close(torch.cat(steps, 1), m(x, causal=True)[0])
+    assert MultiHeadAttention(d_model, h).d_k == 4                      # the default: d_model / h
+    with pytest.raises(ValueError, match="d_k must be at least 1"):
+        MultiHeadAttention(d_model, h, d_k=0)
+    with pytest.raises(ValueError, match="d_k = d_model / h"):
+        m.load_from_torch(nn.MultiheadAttention(d_model, h, batch_first=True))

@@ -1,9 +1,12 @@
 """The book's Transformer: equal to nn.Transformer with copied weights, causal, padding-blind."""
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn as nn
 
 from attnbook.batching import lengths_mask
+from attnbook.mha import MultiHeadAttention
 from attnbook.torch_twins import TorchTransformer, torch_encoder, torch_transformer
 from attnbook.transformer import SelfAttentionStack, Transformer, TransformerConfig
 
@@ -158,3 +161,14 @@ def test_the_learned_table_starts_at_the_configured_scale():
     assert abs(large.pos.embedding.weight.std().item() - 0.7) < 0.1
     cfg = replace(preset("smoke"), positional="learned", learned_std=0.5)     # the recipe passes it on
     assert abs(build_model(cfg, 100).pos.embedding.weight.std().item() - 0.5) < 0.1
+
+
+def test_config_d_k_reaches_every_attention_layer():
+    base = TransformerConfig(vocab_size=20, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0)
+    narrow = Transformer(replace(base, d_k=2))
+    layers = [m for m in narrow.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(layers) == 6 and all(m.d_k == 2 and m.d_v == 4 for m in layers)
+    assert all(m.d_k == 4 for m in Transformer(base).modules() if isinstance(m, MultiHeadAttention))
+    src, tgt = torch.randint(4, 20, (2, 5)), torch.randint(4, 20, (2, 4))
+    ones = lambda x: torch.ones_like(x, dtype=torch.bool)  # noqa: E731
+    assert narrow(src, ones(src), tgt, ones(tgt)).shape == (2, 4, 20)

@@ -3,10 +3,10 @@
     python -m attnbook.ablations --out runs/ablations --results results/cpu
 
 Vaswani et al. (2017, Table 3) vary one thing at a time in their base model: (A) the number of
-heads at a fixed width (so d_k = d_model / h shrinks as h grows), (C) the model's size, (D)
-dropout and label smoothing, (E) learned instead of sinusoidal positions. Here each variant changes one thing in
-the ``cpu-tiny`` Transformer (d_model 128, 4 heads, 2+2 layers, no dropout, label smoothing 0.1,
-1,200 steps), and each is trained with 3 seeds, one thread per run, so that losses and BLEU do
+heads at a fixed width (so d_k = d_model / h shrinks as h grows), (B) the key width d_k alone,
+(C) the model's size, (D) dropout and label smoothing, (E) learned instead of sinusoidal
+positions. Here each variant changes one thing in the ``cpu-tiny`` Transformer (d_model 128,
+4 heads, 2+2 layers, no dropout, label smoothing 0.1, 1,200 steps), and each is trained with 3 seeds, one thread per run, so that losses and BLEU do
 not depend on how busy the machine is. The baseline is exactly the leaderboard's Transformer
 (chapter 9, ``board.json``): the same configuration, so the same runs.
 
@@ -39,6 +39,8 @@ VARIANTS = {
     "heads-1": ("A", "1 head, d_k = 128", dict(h=1)),
     "heads-8": ("A", "8 heads, d_k = 16", dict(h=8)),
     "heads-16": ("A", "16 heads, d_k = 8", dict(h=16)),
+    "d-k-16": ("B", "d_k = 16 instead of 32 (4 heads; values keep 32)", dict(d_k=16)),
+    "d-k-8": ("B", "d_k = 8 instead of 32 (4 heads; values keep 32)", dict(d_k=8)),
     "layers-1": ("C", "1 + 1 layers instead of 2 + 2", dict(n_layers=1)),
     "d-ff-512": ("C", "feed-forward width 512 instead of 256", dict(d_ff=512)),
     "dropout-0.1": ("D", "dropout 0.1", dict(dropout=0.1)),
@@ -68,6 +70,8 @@ PAPER = {
     "heads-1": ("h = 1 (d_k = 512)", (24.9, 5.29), PAPER_BASE),
     "heads-8": ("h = 16 (d_k = 32), twice the base's heads", (25.8, 4.91), PAPER_BASE),
     "heads-16": ("h = 32 (d_k = 16), four times", (25.4, 5.01), PAPER_BASE),
+    "d-k-16": ("d_k = 32 instead of 64, half the base's", (25.4, 5.01), PAPER_BASE),
+    "d-k-8": ("d_k = 16 instead of 64, a quarter", (25.1, 5.16), PAPER_BASE),
     "layers-1": ("N = 2 instead of 6", (23.7, 6.11), PAPER_BASE),
     "d-ff-512": ("d_ff = 4096, twice the base's", (26.2, 4.75), PAPER_BASE),
     "dropout-0.1": ("dropout 0.1 (its base) against 0.0", PAPER_BASE, (24.6, 5.77)),

@@ -111,7 +111,8 @@ OPTIONS = {
 TYPES = typing.get_type_hints(TrainConfig)          # field: int, float, bool, str or tuple
 POSITIVE = ("d_model", "h", "d_ff", "n_layers", "vocab_size", "max_tokens", "max_steps",
             "warmup", "eval_every", "beam_size", "accum_steps")
-NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha", "learned_std")
+NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha", "learned_std",
+                "d_k")
 
 
 def flag(field: str) -> str:

@@ -4,8 +4,8 @@ translator one at a time (the book's attention page, "What the weights do not te
     python -m attnbook.head_ablation --run runs/cpu-base/medium --average 5 --out results/cpu/head_ablation.json
 
 A head is *ablated* by zeroing its output before the output projection W_o mixes the heads:
-a forward pre-hook on ``W_o`` sets the slice ``[..., i*d_k:(i+1)*d_k]`` of its input, head i's
-output, to 0. That is the same as zeroing columns ``i*d_k .. (i+1)*d_k - 1`` of W_o's weight,
+a forward pre-hook on ``W_o`` sets the slice ``[..., i*d_v:(i+1)*d_v]`` of its input, head i's
+output, to 0. That is the same as zeroing columns ``i*d_v .. (i+1)*d_v - 1`` of W_o's weight,
 and it leaves the other heads, the residual connection and every other layer as they were. The
 hook is removed afterwards, whatever happens.
 
@@ -72,12 +72,12 @@ def ablate(mha: MultiHeadAttention, heads):
     if bad:
         raise ValueError(f"no head {bad[0]!r}: this attention has h = {mha.h} heads, numbered "
                          f"0 to {mha.h - 1}")
-    d_k = mha.d_k
+    d_v = mha.d_v                                   # each head's output width
 
     def hook(_, args):
         x = args[0].clone()                   # (B, T, d_model): the heads' outputs side by side
         for i in heads:
-            x[..., i * d_k:(i + 1) * d_k] = 0
+            x[..., i * d_v:(i + 1) * d_v] = 0
         return (x, *args[1:])
 
     handle = mha.W_o.register_forward_pre_hook(hook)

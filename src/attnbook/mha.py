@@ -8,6 +8,10 @@ h heads attend in parallel, each in its own d_k = d_model / h dimensional subspa
 The h projections W_q^1..W_q^h are stored as one (d_model, d_model) matrix ``W_q`` whose output is
 split into h slices, so the number of parameters, 4 d_model^2 (+ biases), does not depend on h.
 
+``d_k`` may be set apart from the heads' value width d_v = d_model / h (the paper's Table 3, row
+B, shrinks d_k alone): then W_q and W_k are (d_model, h d_k) and the scores are divided by
+sqrt(d_k). By default d_k = d_v = d_model / h, as everywhere in the book.
+
 Masks follow the book's convention (book/notation.md): ``key_mask`` is a (B, S) bool tensor,
 True at real key tokens; ``causal=True`` additionally hides future positions from each query.
 """
@@ -44,23 +48,28 @@ class MultiHeadAttention(nn.Module):
     changing any model's forward.
     """
 
-    def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True,
+                 d_k: int | None = None):
         super().__init__()
         if d_model % h != 0:
             raise ValueError(f"d_model={d_model} is not divisible by h={h} heads; each head "
                              "gets d_model / h dimensions, so choose h among the divisors of d_model")
-        self.d_model, self.h, self.d_k = d_model, h, d_model // h
-        self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        if d_k is not None and d_k < 1:
+            raise ValueError(f"d_k must be at least 1 (or None for d_model / h), got {d_k}")
+        self.d_model, self.h, self.d_v = d_model, h, d_model // h
+        self.d_k = self.d_v if d_k is None else d_k     # query/key width of each head
+        self.W_q = nn.Linear(d_model, h * self.d_k, bias=bias)
+        self.W_k = nn.Linear(d_model, h * self.d_k, bias=bias)
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
         self.record, self.last = False, None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, L, d_model) -> (B, h, L, d_k): head i holds dimensions i*d_k .. (i+1)*d_k - 1."""
-        B, L, _ = x.shape
-        return x.view(B, L, self.h, self.d_k).transpose(1, 2)
+        """(B, L, h * n) -> (B, h, L, n): head i holds dimensions i*n .. (i+1)*n - 1 (n is d_k
+        for queries and keys, d_v for values)."""
+        B, L, width = x.shape
+        return x.view(B, L, self.h, width // self.h).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, causal: bool = False,
@@ -77,7 +86,7 @@ class MultiHeadAttention(nn.Module):
             k, v = cache["k"], cache["v"]               # the memory, projected on the first step
         else:
             k = self.split_heads(self.W_k(context))     # (B, h, S, d_k)
-            v = self.split_heads(self.W_v(context))     # (B, h, S, d_k)
+            v = self.split_heads(self.W_v(context))     # (B, h, S, d_v)
             if cache is not None:
                 if is_self and "k" in cache:            # earlier positions + the T new ones
                     k = torch.cat([cache["k"], k], dim=2)
@@ -93,7 +102,7 @@ class MultiHeadAttention(nn.Module):
             mask = c if mask is None else mask & c                         # (B, 1, T, S)
         p = self.dropout if self.training else 0.0
         if need_weights or self.record:
-            out, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, h, T, d_k)
+            out, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, h, T, d_v)
             if p > 0:  # dropout on the weights, as the fused kernel does
                 weights = F.dropout(weights, p)
                 out = weights @ v
@@ -108,9 +117,11 @@ class MultiHeadAttention(nn.Module):
     @torch.no_grad()
     def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Copy the weights of an ``nn.MultiheadAttention`` (same d_model and h) into this module."""
-        if mha.embed_dim != self.d_model or mha.num_heads != self.h or not mha._qkv_same_embed_dim:
+        if mha.embed_dim != self.d_model or mha.num_heads != self.h or not mha._qkv_same_embed_dim \
+                or self.d_k != self.d_v:
             raise ValueError("nn.MultiheadAttention must have the same d_model and h, and "
-                             "kdim = vdim = d_model")
+                             "kdim = vdim = d_model; this module must have d_k = d_model / h "
+                             "(PyTorch's module has no separate key width)")
         for mine, theirs in zip((self.W_q, self.W_k, self.W_v), mha.in_proj_weight.chunk(3)):
             mine.weight.copy_(theirs)
         self.W_o.weight.copy_(mha.out_proj.weight)

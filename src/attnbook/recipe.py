@@ -33,6 +33,7 @@ class TrainConfig:
     norm_first: bool = False
     positional: str = "sinusoidal"  # sinusoidal | learned | none (chapter 7; the ablations)
     learned_std: float = 0.02       # starting std of a learned positional table
+    d_k: int = 0                  # query/key width per head; 0: d_model / h (the ablations)
     vocab_size: int = 8000
     max_tokens: int = 8192        # tokens per batch (source or target side, padded)
     max_steps: int = 20000
@@ -61,7 +62,8 @@ class TrainConfig:
         return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, h=self.h,
                                  d_ff=self.d_ff, n_layers=self.n_layers, dropout=self.dropout,
                                  max_len=512, norm_first=self.norm_first,
-                                 positional=self.positional, learned_std=self.learned_std)
+                                 positional=self.positional, learned_std=self.learned_std,
+                                 d_k=self.d_k)
 
 
 # Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
@@ -161,6 +163,7 @@ def upgrade_config(d: dict) -> dict:
         d.setdefault("precision", "auto" if d.pop("bf16") else "fp32")
     d.setdefault("positional", "sinusoidal")   # runs saved before the ablations had no choice
     d.setdefault("learned_std", 0.02)
+    d.setdefault("d_k", 0)
     return d
 
 

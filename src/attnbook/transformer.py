@@ -38,6 +38,7 @@ class TransformerConfig:
     positional: str = "sinusoidal"  # "learned", or "none" (chapter 7's experiment)
     learned_std: float = 0.02       # the learned table's starting standard deviation
     tie_embeddings: bool = True     # one matrix for source, target embeddings and output layer
+    d_k: int = 0                    # query/key width per head; 0: d_model / h (Table 3, row B)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +79,7 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout, d_k=cfg.d_k or None)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
         self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -105,8 +106,8 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout, d_k=cfg.d_k or None)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.dropout, d_k=cfg.d_k or None)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
         self.dropout = nn.Dropout(cfg.dropout)

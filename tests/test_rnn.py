@@ -4,9 +4,10 @@ import torch
 
 from attnbook.batching import lengths_mask
 from attnbook import BOS_ID, EOS_ID, PAD_ID
-from attnbook.rnn import (AdditiveAttention, Encoder, Seq2Seq, greedy_decode, masked_softmax,
+from attnbook.rnn import (AdditiveAttention, Encoder, Seq2Seq, masked_softmax,
                           weighted_sum)
-from attnbook.toy import make_batch, vocab_size
+from attnbook.decoding import greedy_decode
+from attnbook.toy import greedy_tokens, make_batch, vocab_size
 
 
 def padding_mask(lengths, S):
@@ -210,33 +211,50 @@ def test_plain_decoder_sees_the_source_only_through_one_vector(batch):
         assert torch.allclose(a, b) == (not attention)
 
 
-def test_greedy_decode(batch):
+def test_greedy_decode_on_the_gru_with_and_without_cache(batch):
+    """The book's one greedy decoder runs the GRU: the cached recurrence (one step per token) and
+    the uncached one (the whole prefix again at every step) give the same outputs, which stop at
+    EOS and never contain PAD or BOS."""
     torch.manual_seed(0)
-    model = Seq2Seq(vocab_size(6), d_model=16, attention=True)
-    tokens, alphas = greedy_decode(model, batch.src, batch.src_mask, max_len=9,
-                                   return_attention=True)
-    B, S = batch.src.shape
-    assert tokens.dtype == torch.long and tokens.shape[0] == B and tokens.shape[1] <= 9
-    assert alphas.shape == (B, tokens.shape[1], S)
-    assert (alphas.masked_select(~batch.src_mask[:, None, :]) == 0).all()
-    # after a sequence's first EOS comes only padding
-    for row in tokens.tolist():
-        if EOS_ID in row:
-            assert all(t == PAD_ID for t in row[row.index(EOS_ID) + 1:])
-    assert greedy_decode(Seq2Seq(vocab_size(6), 16), batch.src, batch.src_mask, 4,
-                         return_attention=True)[1] is None
+    for attention in (False, True):
+        model = Seq2Seq(vocab_size(6), d_model=16, attention=attention).eval()
+        out = greedy_decode(model, batch.src, batch.src_mask, max_len=9)
+        assert out == greedy_decode(model, batch.src, batch.src_mask, max_len=9, use_cache=False)
+        assert len(out) == batch.src.shape[0] and all(len(row) <= 9 for row in out)
+        assert not {PAD_ID, BOS_ID, EOS_ID} & {t for row in out for t in row}
 
 
-def test_greedy_decode_agrees_with_teacher_forcing_on_its_own_output(batch):
-    """Feeding the greedy output back with teacher forcing gives the same argmaxes."""
+def test_greedy_tokens_attention_is_the_attention_of_the_search(batch):
+    """Teacher forcing on the model's own greedy output gives back its argmaxes, and the weights
+    of that pass are those of the step-by-step search, computed here with decoder.step."""
     torch.manual_seed(1)
     model = Seq2Seq(vocab_size(6), d_model=16, attention=True).eval()
-    tokens = greedy_decode(model, batch.src, batch.src_mask, max_len=6)
-    tgt_in = torch.cat([torch.full((tokens.shape[0], 1), BOS_ID), tokens[:, :-1]], 1)
-    logits = model(batch.src, batch.src_mask, tgt_in)
-    still_going = torch.cat([torch.ones(tokens.shape[0], 1, dtype=torch.bool),
-                             (tokens[:, :-1] != EOS_ID).cumprod(1).bool()], 1)
+    tokens, weights = greedy_tokens(model, batch.src, batch.src_mask, max_len=6,
+                                    return_attention=True)      # (B, L), (B, L, S)
+    B, L = tokens.shape
+    assert L <= 6 and weights.shape == (B, L, batch.src.shape[1])
+    assert (weights.masked_select(~batch.src_mask[:, None, :]) == 0).all()
+    for row in tokens.tolist():                      # after a sentence's EOS comes only PAD
+        if EOS_ID in row:
+            assert all(t == PAD_ID for t in row[row.index(EOS_ID) + 1:])
+    tgt_in = torch.cat([torch.full((B, 1), BOS_ID), tokens[:, :-1]], 1)
+    banned = torch.tensor([PAD_ID, BOS_ID])          # the search never chooses PAD or BOS
+    logits = model(batch.src, batch.src_mask, tgt_in).index_fill(-1, banned, float("-inf"))
+    still_going = torch.cat([torch.ones(B, 1, dtype=torch.bool),
+                             (tokens[:, :-1] != EOS_ID).cumprod(1).bool()], 1)   # (B, L)
     assert torch.equal(logits.argmax(-1)[still_going], tokens[still_going])
+    with torch.no_grad():  # the search, one step at a time, feeding back its own choice
+        H, h_last = model.encoder(batch.src, batch.src_mask)
+        memory = model.decoder.prepare(H, h_last, batch.src_mask)
+        s, y, alphas = h_last, torch.full((B,), BOS_ID), []
+        for _ in range(L):
+            step_logits, s, alpha = model.decoder.step(y, s, memory)  # (B, V), (B, d), (B, S)
+            y = step_logits.index_fill(-1, banned, float("-inf")).argmax(-1)
+            alphas.append(alpha)
+    stepped = torch.stack(alphas, 1)                                 # (B, L, S)
+    assert torch.allclose(weights[still_going], stepped[still_going], atol=1e-6)
+    plain = Seq2Seq(vocab_size(6), 16).eval()
+    assert greedy_tokens(plain, batch.src, batch.src_mask, 4, return_attention=True)[1] is None
 
 
 def test_seq2seq_tgt_shape_error(batch):

@@ -122,10 +122,9 @@ def test_accuracy_by_length_is_consistent():
 
 def test_accuracy_by_length_scores_a_perfect_model_as_perfect(monkeypatch):
     """With greedy decoding replaced by an oracle, both accuracies are exactly 1."""
-    def oracle(model, src, src_mask, max_len, return_attention=False):
+    def oracle(model, src, src_mask, max_len):
         L = int(src_mask.sum(1)[0])
-        out = torch.cat([src[:, :L].flip(1), torch.full((src.shape[0], 1), EOS_ID)], 1)
-        return out[:, :max_len]
+        return [row[:max_len] for row in src[:, :L].flip(1).tolist()]   # ids without EOS
 
     monkeypatch.setattr(toy, "greedy_decode", oracle)
     res = accuracy_by_length(Seq2Seq(vocab_size(3), 8), [1, 4], n_symbols=3, n_per_length=20)

@@ -16,8 +16,10 @@ translation is built one token at a time, starting from BOS, until the model emi
 
 Both work on any model with the two methods of :class:`attnbook.transformer.Transformer`:
 ``encode(src, src_mask) -> memory`` and ``decode(tgt_in, memory, src_mask) -> logits (B, T, V)``;
-the GRU models of :mod:`attnbook.rnn` have them too (their memory is a tuple of tensors).
-Outputs are lists of token ids without BOS and EOS.
+the GRU models of :mod:`attnbook.rnn` have them too (their memory is a tuple of tensors), and
+these are the book's only decoders, Part I's included (:func:`attnbook.toy.greedy_tokens` pads
+greedy outputs into a tensor and reads their attention by teacher forcing).
+Outputs are lists of token ids without BOS and EOS; PAD and BOS are never chosen.
 
 With ``use_cache=True`` (the default) each step feeds only the newest token, and the model keeps
 what it computed for the earlier ones in a cache (``decode(..., cache=dict)``): the keys and

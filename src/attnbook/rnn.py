@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from . import BOS_ID, EOS_ID, PAD_ID
+from . import PAD_ID
 from .batching import lengths_mask
 from .attention import masked_softmax  # shared by every attention in the book: exact zeros
 
@@ -424,32 +424,3 @@ class Seq2Seq(nn.Module):
             logits.append(step_logits)                            # (B, V)
         return torch.stack(logits, dim=1)                         # (B, T, V)
 
-
-@torch.no_grad()
-def greedy_decode(model: Seq2Seq, src: torch.Tensor, src_mask: torch.Tensor, max_len: int,
-                  return_attention: bool = False):
-    """Decode by always taking the most likely next token, starting from BOS.
-
-    src, src_mask: (B, S). Runs at most ``max_len`` steps and stops early once every sequence
-    has produced EOS. Returns tokens (B, L) with L <= max_len (EOS included, PAD after it) and,
-    with ``return_attention``, the weights (B, L, S) of each step (None for a model without
-    attention).
-    """
-    H, h_last = model.encoder(src, src_mask)                      # (B, S, d), (B, d)
-    memory = model.decoder.prepare(H, h_last, src_mask)
-    B = src.shape[0]
-    y = torch.full((B,), BOS_ID, dtype=torch.long, device=src.device)
-    done = torch.zeros(B, dtype=torch.bool, device=src.device)
-    s, tokens, alphas = h_last, [], []
-    for _ in range(max_len):
-        logits, s, alpha = model.decoder.step(y, s, memory)       # (B, V), (B, d), (B, S)
-        y = logits.argmax(-1).masked_fill(done, PAD_ID)           # (B,) PAD once finished
-        tokens.append(y)
-        alphas.append(alpha)
-        done |= y == EOS_ID
-        if done.all():
-            break
-    tokens = torch.stack(tokens, 1)                               # (B, L)
-    if not return_attention:
-        return tokens
-    return tokens, (torch.stack(alphas, 1) if model.attention else None)  # (B, L, S)

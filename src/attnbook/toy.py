@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID, PAD_ID
-from .batching import Batch, lengths_mask, translation_loss
-from .rnn import greedy_decode
+from .batching import Batch, lengths_mask, pad, translation_loss
+from .decoding import greedy_decode
 
 SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
 TASKS = ("reverse", "copy")
@@ -139,6 +139,30 @@ def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, 
 
 
 @torch.no_grad()
+def greedy_tokens(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: int,
+                  return_attention: bool = False):
+    """Greedy output as a padded tensor, and optionally the attention that produced it.
+
+    src, src_mask: (B, S), mask True at real tokens. Decodes with
+    :func:`attnbook.decoding.greedy_decode` (at most ``max_len`` tokens, EOS included) and returns
+    tokens (B, L), L <= max_len: each output followed by EOS if it ended there, then PAD. With
+    ``return_attention``, also the weights (B, L, S) the search used, read by one teacher-forced
+    pass over the model's own output (row t: the weights while predicting token t; rows after a
+    sentence's EOS are not meaningful). The GRU is deterministic, so these are exactly the
+    search's weights (tests/test_rnn.py checks it).
+    """
+    ids = greedy_decode(model, src, src_mask, max_len=max_len)
+    ids = [row + [EOS_ID] if len(row) < max_len else row for row in ids]
+    tokens = pad(ids)[0].to(src.device)                                  # (B, L)
+    if not return_attention:
+        return tokens
+    bos = torch.full_like(tokens[:, :1], BOS_ID)
+    tgt_in = torch.cat([bos, tokens[:, :-1]], 1)                         # (B, L)
+    _, weights = model(src, src_mask, tgt_in, return_attention=True)     # (B, L, V), (B, L, S)
+    return tokens, weights
+
+
+@torch.no_grad()
 def accuracy_by_length(model: torch.nn.Module, lengths: Sequence[int], n_symbols: int,
                        task: str = "reverse", n_per_length: int = 200, seed: int = 1234,
                        num_threads: int | None = 1) -> dict:
@@ -162,7 +186,7 @@ def accuracy_by_length(model: torch.nn.Module, lengths: Sequence[int], n_symbols
         for L in lengths:
             batch = make_batch(n_per_length, L, L, n_symbols, task, generator=gen)
             src, src_mask = batch.src.to(device), batch.src_mask.to(device)
-            pred = greedy_decode(model, src, src_mask, max_len=L + 1).cpu()  # (n, <= L + 1)
+            pred = greedy_tokens(model, src, src_mask, max_len=L + 1).cpu()  # (n, <= L + 1)
             pred = F.pad(pred, (0, L + 1 - pred.shape[1]), value=PAD_ID)    # (n, L + 1)
             correct = pred == batch.tgt_out                                  # (n, L + 1)
             out["length"].append(int(L))

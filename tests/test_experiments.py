@@ -228,6 +228,38 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
         for r in v["runs"]:
             assert r["val_perplexity"] == pytest.approx(math.exp(r["val_loss"]), rel=1e-3)
     assert str(tmp_path) not in json.dumps(res)
+    assert [c["command"] for c in res["calls"]] == ["python -m attnbook.ablations --out abl --results "
+                                                    "results --variants base heads-8 --seeds 0 1 "
+                                                    "--steps 3 --sentences 4 --jobs 1"]
+    # --merge adds a variant, in the table's order, and keeps the first call's variants as they were
+    assert ablations.main(["--out", "abl", "--results", "results", "--variants", "heads-1",
+                           "--seeds", "0", "1", "--steps", "3", "--sentences", "4", "--jobs", "1",
+                           "--merge"]) == 0
+    merged = json.loads((tmp_path / "results" / "ablations.json").read_text())
+    assert [v["variant"] for v in merged["variants"]] == ["base", "heads-1", "heads-8"]
+    assert [v["call"] for v in merged["variants"]] == [0, 1, 0] and len(merged["calls"]) == 2
+    assert merged["calls"][1]["command"].endswith("--merge")
+    assert merged["variants"][0] == res["variants"][0] and merged["variants"][2] == res["variants"][1]
+    assert merged["train_time_s_sum"] == pytest.approx(
+        sum(r["train_time_s"] for v in merged["variants"] for r in v["runs"]), abs=0.2)
+
+
+def test_ablations_merge_reads_a_file_of_one_call_and_refuses_another_setting():
+    from attnbook.ablations import merge
+    run = {"seed": 0, "test_bleu": 30.0, "train_time_s": 10.0}
+    old = {"preset": "cpu-tiny", "test_set": "t (4 sentences)", "command": "first", "date": "d",
+           "note": "n", "variants": [{"variant": "base", "runs": [run]},
+                                     {"variant": "heads-8", "runs": [run]}]}
+    new = {"preset": "cpu-tiny", "test_set": "t (4 sentences)", "calls": [{"command": "second"}],
+           "variants": [{"variant": "heads-8", "runs": [dict(run, train_time_s=5.0)]},
+                        {"variant": "d-k-8", "runs": [run]}]}
+    out = merge(old, new)
+    assert out["calls"] == [{"command": "first", "date": "d", "note": "n"}, {"command": "second"}]
+    assert [(v["variant"], v["call"]) for v in out["variants"]] == [("base", 0), ("heads-8", 1),
+                                                                     ("d-k-8", 1)]
+    assert out["train_time_s_sum"] == 25.0 and "command" not in out
+    with pytest.raises(ValueError, match="cannot merge: the file has preset 'cpu-tiny'"):
+        merge(old, dict(new, preset="cpu-base"))
 
 
 def test_load_results_walks_up_to_the_repository_and_names_the_command(tmp_path, monkeypatch):

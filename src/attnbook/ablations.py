@@ -12,7 +12,9 @@ not depend on how busy the machine is. The baseline is exactly the leaderboard's
 
 Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
 validation cross-entropy without label smoothing; the paper reports both, and label smoothing
-"hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``.
+"hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``; with
+``--merge`` it adds this call's variants to the file (replacing variants of the same name), and
+each variant names the call that made it (``calls``: command, date, hardware, wall time, note).
 """
 from __future__ import annotations
 
@@ -56,8 +58,10 @@ SEEDS = (0, 1, 2)
 # The variants results/cpu/ablations.json holds (the default); the others are there to be run
 # (the appendix's homework): a run of cpu-tiny took 3.3 minutes at 2 threads on a quiet 2-core
 # machine (results/cpu/cpu_tiny_transformer_2threads.json).
-MEASURED = ("base", "heads-1", "heads-8", "dropout-0.1", "no-label-smoothing", "learned-positions",
-            "learned-positions-large")
+MEASURED = ("base", "heads-1", "heads-8", "d-k-16", "d-k-8", "layers-1", "d-ff-512", "dropout-0.1",
+            "no-label-smoothing", "learned-positions", "learned-positions-large")
+CALL_FIELDS = ("command", "note", "date", "hardware", "processes_at_once", "threads_per_run",
+               "load_average_before", "this_call_train_wall_time_s", "score_wall_time_s")
 
 
 # Vaswani et al. (2017), Table 3 (newstest2013, the development set): for each variant, the
@@ -143,6 +147,26 @@ def _score_ablation_run(job) -> dict:
             "parameters": metrics["parameters"], "train_time_s": metrics["train_time_s"]}
 
 
+def merge(old: dict, new: dict) -> dict:
+    """``new``'s variants added to ``old``'s (a variant of the same name is replaced), in the
+    order of VARIANTS. Each call's record (CALL_FIELDS) is kept in ``calls``, and each variant's
+    ``call`` is its index there; a file written before ``calls`` existed is one call."""
+    if old.get("preset") != new["preset"] or old.get("test_set") != new["test_set"]:
+        raise ValueError(f"cannot merge: the file has preset {old.get('preset')!r} on "
+                         f"{old.get('test_set')!r}, this call {new['preset']!r} on "
+                         f"{new['test_set']!r}; write it to another --results folder")
+    calls = old.get("calls") or [{k: old[k] for k in CALL_FIELDS if k in old}]
+    kept = [dict(v, call=v.get("call", 0)) for v in old["variants"]
+            if v["variant"] not in {n["variant"] for n in new["variants"]}]
+    added = [dict(v, call=len(calls)) for v in new["variants"]]
+    order = list(VARIANTS)
+    variants = sorted(kept + added, key=lambda v: order.index(v["variant"]))
+    rest = {k: v for k, v in old.items() if k not in CALL_FIELDS + ("calls", "variants")}
+    return {**rest, "calls": calls + new["calls"], "variants": variants,
+            "train_time_s_sum": round(sum(r["train_time_s"] for v in variants
+                                          for r in v["runs"]), 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = Parser(prog="python -m attnbook.ablations",
@@ -159,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=0,
                    help="train this many steps instead of the preset's (the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--merge", action="store_true",
+                   help="add these variants to the existing ablations.json instead of replacing it")
     add_common(p, "device", "data-dir")
     args = p.parse_args(argv)
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
@@ -195,8 +221,13 @@ def main(argv: list[str] | None = None) -> int:
                    "variants": table,
                    "score_wall_time_s": round(time.perf_counter() - start, 1),
                    "train_time_s_sum": round(sum(r["train_time_s"] for r in runs), 1)})
+    call = {k: result.pop(k) for k in CALL_FIELDS}
+    result = {**result, "calls": [call], "variants": [dict(v, call=0) for v in table]}
+    target = args.results / "ablations.json"
+    if args.merge and target.is_file():
+        result = merge(json.loads(target.read_text()), result)
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "ablations.json").write_text(json.dumps(result, indent=1) + "\n")
+    target.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.results / 'ablations.json'}")
     return 0
 

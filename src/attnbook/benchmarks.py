@@ -39,16 +39,19 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
+from matplotlib.figure import Figure
 
 from .bench_attention import bench_attention, interleaved  # noqa: F401 (re-exported)
 from .bench_models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # noqa: F401
                            bench_decoding, bench_recurrence, bench_training,
                            bench_training_config, gpu_peak_flops, matmul_params, matmul_rate,
                            peak_flops, random_batch, transformer_flops, twin_models)
+from .plotting import OKABE_ITO, use_book_style
 from .utils import count_parameters, versions  # noqa: F401 (count_parameters: re-exported)
 
 SECTIONS = ("attention", "training", "decoding", "recurrence")
@@ -127,7 +130,6 @@ def load_results(root: Path | str = DEFAULT_OUT) -> dict:
 
 
 def _colours() -> dict:
-    from .plotting import OKABE_ITO
     return {"book kernel": OKABE_ITO[0], "F.scaled_dot_product_attention": OKABE_ITO[1],
             "book MultiHeadAttention": OKABE_ITO[0], "nn.MultiheadAttention": OKABE_ITO[1],
             "book MultiHeadAttention, weights": OKABE_ITO[2],
@@ -182,7 +184,6 @@ def plot_training(res: dict, fig) -> None:
 
 def plot_decoding(res: dict, fig) -> None:
     """Bars: ms per output token, cached and uncached, for greedy and beam search."""
-    from .plotting import OKABE_ITO
     ax = fig.subplots()
     methods = list(dict.fromkeys(r["method"] for r in res["results"]))
     for i, (cached, label) in enumerate(((True, "with key/value cache"), (False, "without cache"))):
@@ -204,7 +205,6 @@ def plot_decoding(res: dict, fig) -> None:
 
 def plot_recurrence(res: dict, fig) -> None:
     """Time per training step against sequence length, one line per model (log-log)."""
-    from .plotting import OKABE_ITO
     ax = fig.subplots()
     names = list(dict.fromkeys(r["name"] for r in res["results"]))
     for i, name in enumerate(names):
@@ -292,9 +292,6 @@ def run_section(section: str, device: torch.device, out: Path, quick: bool = Fal
 
 def save_plot(res: dict, out: Path) -> None:
     """Draw one result into out/<benchmark>.png (matplotlib's object interface: no backend)."""
-    from matplotlib.figure import Figure
-
-    from .plotting import use_book_style
     use_book_style()
     draw, size = PLOTS[res["benchmark"]]
     fig = Figure(figsize=size, layout="constrained")
@@ -333,7 +330,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         root = args.out
     elif args.quick:            # tiny sizes: never mixed up with the results the book shows
-        import tempfile
         root = Path(tempfile.mkdtemp(prefix="attnbook-bench-quick-"))
     else:
         root = DEFAULT_OUT

@@ -5,6 +5,7 @@ heatmaps use the perceptually uniform, colour-blind-safe ``viridis`` (``cividis`
 """
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+import numpy as np
 
 # Okabe & Ito (2008), "Color Universal Design": black omitted, it is kept for text.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442"]
@@ -42,8 +43,6 @@ def attention_heatmap(weights, queries=None, keys=None, ax=None, title="Attentio
     queries, keys: optional token labels for the rows (T) and the columns (S).
     Returns the matplotlib Axes.
     """
-    import numpy as np
-
     w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights, dtype=float)
     if w.ndim != 2:
         raise ValueError(f"attention_heatmap expects a 2-D (T, S) matrix, got shape {w.shape}")

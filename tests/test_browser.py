@@ -477,9 +477,11 @@ def notebook_page_problems(page, docname: str, source: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The attention explorer (book/explorer.md): the picture follows the controls and the data
+# The attention explorers (book/explorer.md, book/explorer_bahdanau.md): the picture follows the
+# controls and the data
 
 EXPLORER_DATA = ROOT / "book" / "_static" / "explorer" / "attention.json"
+BAHDANAU_DATA = ROOT / "book" / "_static" / "explorer" / "bahdanau.json"
 
 CELLS = """() => Array.from(document.querySelectorAll(".attn-explorer .attn-cell")).map(c => [
     +c.dataset.row, +c.dataset.col, c.dataset.w, c.getAttribute("fill"),
@@ -586,3 +588,34 @@ def test_attention_explorer(site, visit, screenshots):
     problems = v.problems + problems
     assert not problems, "book/explorer:\n  " + "\n  ".join(problems)
 
+
+def test_bahdanau_explorer(site, visit, screenshots):
+    """The GRU's one attention: the sentence switches the heatmap, whose cells show the
+    committed bahdanau.json; the kind, layer and head controls, with one choice each, are
+    hidden, and a change event on them (a script, a stale form) leaves the view as it is."""
+    data = json.loads(BAHDANAU_DATA.read_text(encoding="utf-8"))
+    assert data["layers"] == data["heads"] == 1 and list(data["kinds"]) == ["cross"]
+    v = visit(page_url(site, "book/explorer_bahdanau"))
+    page = v.page
+    page.wait_for_selector(".attn-explorer[data-ready=true]", timeout=10_000)
+    root = page.locator(".attn-explorer")
+    if root.get_attribute("data-source") != "ATTNBOOK_BAHDANAU":
+        pytest.fail("the page does not show bahdanau.js's data (data-source)")
+    views = [(0, "cross", 0, 0), (4, "cross", 0, 0), (13, "cross", 0, 0), (19, "cross", 0, 0)]
+    problems = check_views(page, data, views, "book__explorer_bahdanau", screenshots)
+    for name in ("kind", "layer", "head"):
+        control = page.locator(f"select[name={name}]")
+        if control.is_visible() or control.locator("option").count() != 1:
+            problems.append(f"the {name} control is shown, or offers more than the one choice")
+    before = page.evaluate(CELLS)
+    for name in ("kind", "layer", "head"):
+        page.dispatch_event(f"select[name={name}]", "change")
+    if root.get_attribute("data-view") != f"{data['sentences'][19]['index']}/cross/0/0" \
+            or page.evaluate(CELLS) != before:
+        problems.append("a change event on a hidden control changes the view")
+    caption = page.locator(".attn-caption").text_content()
+    if "one layer, one head" not in caption or "mean of" in caption:
+        problems.append(f"the caption speaks of layers or heads the GRU lacks: {caption!r}")
+    problems += check_phone(page, "book__explorer_bahdanau", screenshots)
+    problems = v.problems + problems
+    assert not problems, "book/explorer_bahdanau:\n  " + "\n  ".join(problems)

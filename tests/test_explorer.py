@@ -22,6 +22,7 @@ from attnbook.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "book" / "_static" / "explorer" / "attention.json"
+COMMITTED_GRU = ROOT / "book" / "_static" / "explorer" / "bahdanau.json"
 MODELS = ("transformer", "gru-additive")
 PAIRS = [("Ein Hund rennt durch den Schnee.", "A dog runs through the snow."),
          ("Zwei Kinder spielen am Strand.", "Two children play on the beach."),
@@ -248,7 +249,9 @@ def test_the_library_does_not_import_the_explorer():
 
 # ---- The committed data of book/explorer.md ------------------------------------------------------
 
-@pytest.mark.parametrize("path,model", [(COMMITTED, "transformer")], ids=["transformer"])
+@pytest.mark.parametrize("path,model",
+                         [(COMMITTED, "transformer"), (COMMITTED_GRU, "gru-additive")],
+                         ids=["transformer", "gru"])
 def test_committed_data_is_consistent(path, model):
     data = json.loads(path.read_text(encoding="utf-8"))
     assert path.stat().st_size < 1_500_000
@@ -265,6 +268,21 @@ def test_committed_data_is_consistent(path, model):
     for p in (path, path.with_suffix(".js"), path.with_suffix(".svg")):
         assert str(ROOT) not in p.read_text(encoding="utf-8")
     assert not [s for s in strings(data) if re.match(r"(/|~|[A-Za-z]:\\)", s)]
+
+
+def test_committed_gru_data_is_the_leaderboards_run():
+    """bahdanau.json comes from chapter 9's leaderboard run gru-additive, seed 0, trained to the
+    end: its configuration and test BLEU are the board's."""
+    data = json.loads(COMMITTED_GRU.read_text(encoding="utf-8"))
+    meta = data["meta"]
+    board = json.loads((ROOT / "results" / "cpu" / "board.json").read_text(encoding="utf-8"))
+    entry = next(r for r in board["runs"] if r["model"] == "gru-additive" and r["seed"] == 0)
+    assert meta["run"] == "runs/board/gru-additive_lr0.008_seed0_steps1200"
+    assert meta["config"]["preset"] == board["preset"] == "cpu-tiny"
+    assert meta["config"]["peak_lr"] == entry["peak_lr"] and meta["config"]["seed"] == 0
+    assert meta["steps"] == meta["config"]["max_steps"] == 1200
+    assert meta["weights_of"] == "the last checkpoint"
+    assert meta["test_bleu"] == entry["test_bleu"]
 
 
 def test_the_pages_numbers_are_the_committed_datas():
@@ -299,3 +317,98 @@ def test_the_pages_numbers_are_the_committed_datas():
               for s in S for l in range(data["layers"]) for h in range(H))
     assert f"most-read column in {top} of the {len(S) * data['layers'] * H}" in page
 
+
+def test_the_bahdanau_pages_numbers_are_the_committed_datas():
+    """book/explorer_bahdanau.md quotes bahdanau.json (and, once, attention.json): each number
+    and each "X reads Y" it states is recomputed here."""
+    import numpy as np
+    data = json.loads(COMMITTED_GRU.read_text(encoding="utf-8"))
+    page = " ".join((ROOT / "book" / "explorer_bahdanau.md").read_text(encoding="utf-8").split())
+    meta, S = data["meta"], data["sentences"]
+    by = {s["index"]: s for s in S}
+    W = {s["index"]: np.array(s["weights"]["cross"][0][0]) for s in S}     # (rows, columns)
+
+    def find(pieces, word, nth=0):
+        return [j for j, p in enumerate(pieces) if p.strip("\u2581") == word][nth]
+
+    def cell(i, query, key, nth=0):      # the nth row labelled ``query``, first column ``key``
+        return f"{W[i][find(by[i]['next'], query, nth), find(by[i]['src'], key)]:.2f}"
+
+    def brightest(i, query, nth=0):      # the piece of the brightest column of a row
+        return by[i]["src"][W[i][find(by[i]["next"], query, nth)].argmax()].strip("\u2581")
+
+    # the model and the sentences
+    transformer = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    assert [s["index"] for s in S] == [s["index"] for s in transformer["sentences"]]
+    assert meta["config"]["d_model"] == 128 and meta["steps"] == 1200
+    assert f"$d_\\text{{model}} = {meta['config']['d_model']}$, 1,200 training steps" in page
+    assert f"a test BLEU of {meta['test_bleu']:.2f} (all 1,000 test sentences, beam search with " \
+        "beam 4)" in page
+    assert meta["test_bleu_of"].startswith("measured by this command on all 1000 sentences")
+    assert meta["decoding"].startswith("beam search, beam 4,")
+
+    # a diagonal
+    for q, k in [("man", "Mann"), ("sits", "sitzt"), ("bench", "Bank"), ("under", "unter"),
+                 ("large", "großen"), ("tree", "Baum")]:
+        assert brightest(750, q) == k
+        assert f"*{q}* reads *{k}* ({cell(750, q, k)})" in page, (q, k)
+    tops = {i: w[:-1].argmax(1) for i, w in W.items()}                 # without the </s> row
+    forward = sum(int((np.diff(a) >= 0).sum()) for a in tops.values())
+    steps = sum(len(a) - 1 for a in tops.values())
+    assert f"further right in {forward} of the {steps} steps" in page
+    first = [i for i, w in W.items() if w[0].argmax() != 0]
+    assert f"in {len(first)} of the {len(S)} sentences its brightest cell is not the first" in page
+    first_a = {i: by[i]["src"][w[0].argmax()] for i, w in W.items()
+               if by[i]["next"][0] == "\u2581A"}                      # first rows that write A
+    assert [i for i, p in first_a.items() if p == "\u2581Mann"] == [0, 200, 750, 800]
+    assert [i for i, p in first_a.items() if p == "\u2581Junge"] == [250, 450]
+    assert "*A* reads *Mann* in sentences 0, 200, 750 and 800, and *Junge* in 250 and 450" in page
+
+    # one word, several pieces
+    assert brightest(950, "is") == brightest(950, "writing") == "schreibt"
+    assert f"*schreibt* ({cell(950, 'is', 'schreibt')} and " \
+        f"{cell(950, 'writing', 'schreibt')})" in page
+    assert all(brightest(550, q) == "Polizist" for q in ("pol", "ic", "eman"))
+    assert "all read *Polizist* ({}, {}, {})".format(
+        *(cell(550, q, "Polizist") for q in ("pol", "ic", "eman"))) in page
+    assert brightest(900, "soccer") == brightest(900, "players") == "Fußball"
+    assert f"*Fußball* ({cell(900, 'soccer', 'Fußball')})" in page
+    assert f"the same piece ({cell(900, 'players', 'Fußball')}) and the next one, *er* " \
+        f"({cell(900, 'players', 'er')})" in page
+
+    # a blurred band
+    rows = [r for w in W.values() for r in w]
+    top = np.mean([r.max() for r in rows])
+    assert f"The largest weight of a row is {top:.2f} on average" in page
+    band = np.mean([r[max(r.argmax() - 1, 0):r.argmax() + 2].sum() for r in rows])
+    assert f"its two neighbours hold {band:.2f} of a row's weight" in page
+    sharp = [np.mean(np.concatenate([np.array(s["weights"]["cross"][1][h]).max(1)
+                                     for s in transformer["sentences"]]))
+             for h in range(transformer["heads"])]
+    assert f"the largest weight of a row is {min(sharp):.2f} to {max(sharp):.2f} on average" in page
+
+    # the verb last: sentence 0
+    assert by[0]["src"][9:13] == ["\u2581an", "st", "ar", "rt"]
+    assert brightest(0, "fixing") == brightest(0, "some") == "etwas"
+    assert f"*fixing*, its brightest cell is *etwas* ({cell(0, 'fixing', 'etwas')})" in page
+    assert f"*some* reads *etwas* again ({cell(0, 'some', 'etwas')})" in page
+    k = find(by[0]["next"], "k")
+    assert all(not 9 <= a <= 12 for a in tops[0][:k]) and brightest(0, "k") == "ar"
+    assert f"*k* reads *ar* ({cell(0, 'k', 'ar')})" in page
+    assert by[0]["translation"].endswith("is fixing some kind.")
+    assert 'ends "is fixing some kind"' in page
+    t0 = transformer["sentences"][0]
+    mean = np.mean([np.array(h) for h in t0["weights"]["cross"][-1]], 0)
+    row = mean[t0["next"].index("\u2581looking")]
+    assert t0["translation"].endswith("looking at something.") and t0["src"][row.argmax()] == "rt"
+    assert f"the last piece of *anstarrt* ({row.max():.2f} in the mean of its heads)" in page
+
+    # read twice, never read: sentences 800 and 900
+    assert by[800]["translation"] == "A man rides a bicycle through a bicycle."
+    assert brightest(800, "bicycle", 0) == brightest(800, "bicycle", 1) == "Fahrrad"
+    assert f"*Fahrrad* ({cell(800, 'bicycle', 'Fahrrad', 0)} and " \
+        f"{cell(800, 'bicycle', 'Fahrrad', 1)})" in page
+    assert by[800]["src"][8:11] == ["\u2581T", "orb", "ogen"]
+    assert all(a not in (8, 9, 10) for a in tops[800][:-1])               # rows writing words
+    assert brightest(800, ".") == brightest(800, "</s>") == "orb"
+    assert brightest(900, "field", 0) == brightest(900, "field", 1) == "Feld"

@@ -477,37 +477,36 @@ def notebook_page_problems(page, docname: str, source: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The attention explorer (book/explorer.md): its picture follows the controls and the data
+# The attention explorers (book/explorer.md, book/explorer_bahdanau.md): the picture follows the
+# controls and the data
 
 EXPLORER_DATA = ROOT / "book" / "_static" / "explorer" / "attention.json"
+BAHDANAU_DATA = ROOT / "book" / "_static" / "explorer" / "bahdanau.json"
 
 CELLS = """() => Array.from(document.querySelectorAll(".attn-explorer .attn-cell")).map(c => [
     +c.dataset.row, +c.dataset.col, c.dataset.w, c.getAttribute("fill"),
     c.querySelector("title").textContent])"""
 
 
-def test_attention_explorer(site, visit, screenshots):
-    """Sentence, kind, layer and head switch the heatmap, whose every cell shows the committed
-    JSON's weight (in its data-w, title and viridis colour); a row under the pointer highlights
-    the keys it reads; at 375 px the map scrolls inside its own box."""
+def check_views(page, data: dict, views: list, shot: str, screenshots: Path) -> list[str]:
+    """Show each (sentence, kind, layer, head) of ``views`` (the first: the view the page opens
+    with) and compare every cell with the JSON ``data`` (its data-w, title and viridis colour);
+    a row under the pointer must highlight the keys it reads. Returns the problems found."""
     from attnbook.explorer import colour
-    data = json.loads(EXPLORER_DATA.read_text(encoding="utf-8"))
-    v = visit(page_url(site, "book/explorer"))
-    page = v.page
-    page.wait_for_selector(".attn-explorer[data-ready=true]", timeout=10_000)
     root = page.locator(".attn-explorer")
-    last = data["layers"] - 1
-    views = [(0, "cross", last, "mean"), (3, "enc", 0, 1), (7, "dec", last, 0),
-             (19, "cross", 0, data["heads"] - 1), (12, "dec", 0, "mean")]
     seen, problems = [], []
     for n, (i, kind, layer, head) in enumerate(views):
         if n:  # the first is the view the page opens with
-            # by position: Playwright matches a value against the labels too, and the layers'
-            # labels are numbers (1, 2, 3 for the values 0, 1, 2)
             page.select_option("select[name=sentence]", index=i)
-            page.select_option("select[name=kind]", value=kind)
-            page.select_option("select[name=layer]", index=layer)
-            page.select_option("select[name=head]", index=0 if head == "mean" else head + 1)
+            # by position: Playwright matches a value against the labels too, and the layers'
+            # labels are numbers (1, 2, 3 for the values 0, 1, 2). A control with one choice is
+            # hidden (the GRU's): it is left alone.
+            if len(data["kinds"]) > 1:
+                page.select_option("select[name=kind]", value=kind)
+            if data["layers"] > 1:
+                page.select_option("select[name=layer]", index=layer)
+            if data["heads"] > 1:
+                page.select_option("select[name=head]", index=0 if head == "mean" else head + 1)
         s = data["sentences"][i]
         assert root.get_attribute("data-view") == f"{s['index']}/{kind}/{layer}/{head}"
         heads = s["weights"][kind][layer]
@@ -545,7 +544,7 @@ def test_attention_explorer(site, visit, screenshots):
             problems.append(f"view {n}: hovering row {t} lights columns {lit}, not {want}; "
                             f"readout {readout!r}")
         if n == 0:
-            page.screenshot(path=str(screenshots / "book__explorer.png"), full_page=True)
+            page.screenshot(path=str(screenshots / f"{shot}.png"), full_page=True)
 
     # the keyboard reaches the rows too
     page.locator(".attn-row[data-row='1']").focus()
@@ -554,15 +553,69 @@ def test_attention_explorer(site, visit, screenshots):
     for name in ("sentence", "kind", "layer", "head"):
         if not page.locator(f"select[name={name}]").get_attribute("aria-label"):
             problems.append(f"the {name} control has no aria-label")
+    return problems
 
-    # a phone: the page does not scroll sideways, the map scrolls in its own box
+
+def check_phone(page, shot: str, screenshots: Path) -> list[str]:
+    """At 375 px the page does not scroll sideways; the map scrolls in its own box."""
     page.set_viewport_size({"width": MOBILE_WIDTH, "height": 800})
     page.wait_for_function(SETTLED)
     width = page.evaluate("() => document.documentElement.scrollWidth")
     box = page.evaluate("() => { const b = document.querySelector('.attn-scroll'); "
                         "return [b.scrollWidth, b.clientWidth]; }")
+    page.screenshot(path=str(screenshots / f"{shot}-{MOBILE_WIDTH}px.png"), full_page=True)
     if width > MOBILE_WIDTH + 2 or box[1] > MOBILE_WIDTH:
-        problems.append(f"at {MOBILE_WIDTH} px: page {width} px wide, map box {box}")
-    page.screenshot(path=str(screenshots / f"book__explorer-{MOBILE_WIDTH}px.png"), full_page=True)
+        return [f"at {MOBILE_WIDTH} px: page {width} px wide, map box {box}"]
+    return []
+
+
+def test_attention_explorer(site, visit, screenshots):
+    """Sentence, kind, layer and head switch the heatmap, whose every cell shows the committed
+    JSON's weight (in its data-w, title and viridis colour); a row under the pointer highlights
+    the keys it reads; at 375 px the map scrolls inside its own box."""
+    data = json.loads(EXPLORER_DATA.read_text(encoding="utf-8"))
+    v = visit(page_url(site, "book/explorer"))
+    page = v.page
+    page.wait_for_selector(".attn-explorer[data-ready=true]", timeout=10_000)
+    last = data["layers"] - 1
+    views = [(0, "cross", last, "mean"), (3, "enc", 0, 1), (7, "dec", last, 0),
+             (19, "cross", 0, data["heads"] - 1), (12, "dec", 0, "mean")]
+    problems = check_views(page, data, views, "book__explorer", screenshots)
+    for name in ("kind", "layer", "head"):
+        if not page.locator(f"select[name={name}]").is_visible():
+            problems.append(f"the {name} control is hidden, though the Transformer has a choice")
+    problems += check_phone(page, "book__explorer", screenshots)
     problems = v.problems + problems
     assert not problems, "book/explorer:\n  " + "\n  ".join(problems)
+
+
+def test_bahdanau_explorer(site, visit, screenshots):
+    """The GRU's one attention: the sentence switches the heatmap, whose cells show the
+    committed bahdanau.json; the kind, layer and head controls, with one choice each, are
+    hidden, and a change event on them (a script, a stale form) leaves the view as it is."""
+    data = json.loads(BAHDANAU_DATA.read_text(encoding="utf-8"))
+    assert data["layers"] == data["heads"] == 1 and list(data["kinds"]) == ["cross"]
+    v = visit(page_url(site, "book/explorer_bahdanau"))
+    page = v.page
+    page.wait_for_selector(".attn-explorer[data-ready=true]", timeout=10_000)
+    root = page.locator(".attn-explorer")
+    if root.get_attribute("data-source") != "ATTNBOOK_BAHDANAU":
+        pytest.fail("the page does not show bahdanau.js's data (data-source)")
+    views = [(0, "cross", 0, 0), (4, "cross", 0, 0), (13, "cross", 0, 0), (19, "cross", 0, 0)]
+    problems = check_views(page, data, views, "book__explorer_bahdanau", screenshots)
+    for name in ("kind", "layer", "head"):
+        control = page.locator(f"select[name={name}]")
+        if control.is_visible() or control.locator("option").count() != 1:
+            problems.append(f"the {name} control is shown, or offers more than the one choice")
+    before = page.evaluate(CELLS)
+    for name in ("kind", "layer", "head"):
+        page.dispatch_event(f"select[name={name}]", "change")
+    if root.get_attribute("data-view") != f"{data['sentences'][19]['index']}/cross/0/0" \
+            or page.evaluate(CELLS) != before:
+        problems.append("a change event on a hidden control changes the view")
+    caption = page.locator(".attn-caption").text_content()
+    if "one layer, one head" not in caption or "mean of" in caption:
+        problems.append(f"the caption speaks of layers or heads the GRU lacks: {caption!r}")
+    problems += check_phone(page, "book__explorer_bahdanau", screenshots)
+    problems = v.problems + problems
+    assert not problems, "book/explorer_bahdanau:\n  " + "\n  ".join(problems)

@@ -1,5 +1,7 @@
-"""The attention explorer's data (python -m attnbook.explorer, book/explorer.md): softmax rows,
-shapes that match the pieces, the same bytes twice, no absolute paths; and the committed data."""
+"""The attention explorers' data (python -m attnbook.explorer; book/explorer.md for the
+Transformer, book/explorer_bahdanau.md for chapter 2's GRU): softmax rows, shapes that match the
+pieces, the model's own weights, the same bytes twice, no absolute paths; and the committed data
+with the numbers the pages quote."""
 from __future__ import annotations
 
 import json
@@ -14,11 +16,14 @@ import torch
 
 import attnbook.explorer as explorer
 from attnbook import BOS_ID, EOS_ID
+from attnbook.decoding import translate
 from attnbook.recipe import build_model, preset
 from attnbook.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "book" / "_static" / "explorer" / "attention.json"
+COMMITTED_GRU = ROOT / "book" / "_static" / "explorer" / "bahdanau.json"
+MODELS = ("transformer", "gru-additive")
 PAIRS = [("Ein Hund rennt durch den Schnee.", "A dog runs through the snow."),
          ("Zwei Kinder spielen am Strand.", "Two children play on the beach."),
          ("Ein Mann fährt Fahrrad.", "A man rides a bike."),
@@ -51,11 +56,18 @@ def make_run(folder: Path, model: str = "transformer") -> Path:
 
 
 @pytest.fixture
-def run(tmp_path, monkeypatch):
-    """A hand-made run, the command's working folder, and PAIRS in place of Multi30k."""
+def new_run(tmp_path, monkeypatch):
+    """new_run(model) makes a hand-made run runs/MODEL in the command's working folder; PAIRS
+    stand in for Multi30k."""
     monkeypatch.setattr(explorer, "load_multi30k", lambda split, src, tgt, data_dir=None: PAIRS)
     monkeypatch.chdir(tmp_path)
-    return make_run(tmp_path / "runs" / "toy")
+    return lambda model: make_run(tmp_path / "runs" / model, model)
+
+
+@pytest.fixture
+def run(new_run):
+    """A hand-made Transformer run, runs/transformer."""
+    return new_run("transformer")
 
 
 def strings(x):
@@ -73,10 +85,15 @@ def strings(x):
 
 def check_data(data: dict) -> None:
     """Shapes match the pieces; every row is a softmax (sums to 1 up to rounding to 3 decimals);
-    decoder self-attention never looks ahead."""
-    assert set(data["kinds"]) == {"enc", "dec", "cross"}
-    assert data["layers"] == data["meta"]["config"]["n_layers"]
-    assert data["heads"] == data["meta"]["config"]["h"]
+    decoder self-attention never looks ahead. A GRU has one attention: one layer, one head."""
+    if data["meta"]["config"]["model"] == "transformer":
+        assert set(data["kinds"]) == {"enc", "dec", "cross"}
+        assert data["layers"] == data["meta"]["config"]["n_layers"]
+        assert data["heads"] == data["meta"]["config"]["h"]
+    else:
+        assert data["kinds"] == {"cross": {"name": "additive attention", "rows": "next",
+                                           "module": "decoder.attention", "columns": "src"}}
+        assert data["layers"] == data["heads"] == 1
     for s in data["sentences"]:
         assert s["tgt"][0] == "<s>" and s["next"][-1] == "</s>" and s["tgt"][1:] == s["next"][:-1]
         for kind, info in data["kinds"].items():
@@ -95,25 +112,31 @@ def check_data(data: dict) -> None:
                             assert all(v == 0 for v in row[t + 1:])
 
 
-def test_command_writes_softmax_rows_that_match_the_pieces(run, capsys):
-    assert explorer.main(["runs/toy", "--out", "out/attention.json", "--every", "2",
+@pytest.mark.parametrize("model,name", [("transformer", "attention"), ("gru-additive", "bahdanau")])
+def test_command_writes_softmax_rows_that_match_the_pieces(new_run, model, name, capsys):
+    run = new_run(model)
+    assert explorer.main([f"runs/{model}", "--out", f"out/{name}.json", "--every", "2",
                           "--count", "3"]) == 0
-    assert "wrote out/attention.json" in capsys.readouterr().out
-    data = json.loads(Path("out/attention.json").read_text(encoding="utf-8"))
+    assert f"wrote out/{name}.json" in capsys.readouterr().out
+    data = json.loads(Path(f"out/{name}.json").read_text(encoding="utf-8"))
     check_data(data)
+    assert data["meta"]["config"]["model"] == model
     assert [s["index"] for s in data["sentences"]] == [0, 2, 4]
     assert [s["source"] for s in data["sentences"]] == [PAIRS[i][0] for i in (0, 2, 4)]
-    assert data["meta"]["run"] == "runs/toy" and data["meta"]["attnbook"]
+    assert data["meta"]["run"] == f"runs/{model}" and data["meta"]["attnbook"]
     assert data["meta"]["sentences"].startswith("one in every 2 sentences")
     s = data["sentences"][0]
     assert s["src"] == explorer.load_run(run, "cpu")[1].pieces(PAIRS[0][0])
-    # the .js twin holds the same data; the SVG is the static figure of sentence 0
-    js = Path("out/attention.js").read_text(encoding="utf-8")
-    body = re.fullmatch(r"//[^\n]*\nwindow\.ATTNBOOK_ATTENTION = (.*);\n", js, re.S)
+    # the .js twin holds the same data, in a global named after the file; the SVG is the static
+    # figure of sentence 0
+    js = Path(f"out/{name}.js").read_text(encoding="utf-8")
+    body = re.fullmatch(rf"//[^\n]*\nwindow\.ATTNBOOK_{name.upper()} = (.*);\n", js, re.S)
     assert body and json.loads(body.group(1)) == data
-    svg = ET.parse("out/cross_attention.svg").getroot()
+    svg = ET.parse(f"out/{name}.svg").getroot()
     cells = [e for e in svg.iter("{http://www.w3.org/2000/svg}rect")][1:]
     assert len(cells) == len(s["next"]) * len(s["src"])
+    assert sorted(p.name for p in Path("out").iterdir()) == [f"{name}.js", f"{name}.json",
+                                                            f"{name}.svg"]
 
 
 def test_weights_are_those_of_the_model(run):
@@ -133,10 +156,37 @@ def test_weights_are_those_of_the_model(run):
     assert EOS_ID not in hyp
 
 
-def test_same_run_gives_the_same_bytes_and_no_absolute_path(run, tmp_path):
+def test_gru_weights_are_those_of_the_model_and_of_its_search(new_run):
+    """The GRU's recorded weights (one layer, one head) equal Seq2Seq's own attention for the
+    same tokens, and the weights its decoder computes step by step, as the search does, feeding
+    its own previous token (what decoding.beam_search calls through Seq2Seq.decode's cache)."""
+    model, tok, cfg = explorer.load_run(new_run("gru-additive"), "cpu")
+    src, hyp = tok.encode(PAIRS[3][0]), tok.encode(PAIRS[3][1])
+    got = explorer.record(model, src, hyp)
+    assert list(got) == ["cross"] and len(got["cross"]) == 1 and len(got["cross"][0]) == 1
+    w = torch.tensor(got["cross"][0][0], dtype=torch.float)             # (n + 1, S)
+    assert w.shape == (len(hyp) + 1, len(src))
+    s = torch.tensor([src])
+    mask = torch.ones_like(s, dtype=torch.bool)
+    with torch.no_grad():
+        _, alpha = model(s, mask, torch.tensor([[BOS_ID, *hyp]]), return_attention=True)
+        H, h_last = model.encode(s, mask)
+        state, memory, steps = h_last, model.decoder.prepare(H, h_last, mask), []
+        for y in [BOS_ID, *hyp]:                                        # one step per token
+            _, state, a = model.decoder.step(torch.tensor([y]), state, memory)
+            steps.append(a[0])                                          # (S,)
+    assert torch.allclose(w, alpha[0], atol=5e-4)
+    assert torch.allclose(w, torch.stack(steps), atol=5e-4)
+    assert (w.sum(1) - 1).abs().max() <= 0.0005 * len(src)
+    assert len(set(map(tuple, got["cross"][0][0]))) > 1     # not one row repeated: it reads
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_same_run_gives_the_same_bytes_and_no_absolute_path(new_run, model, tmp_path):
+    run = new_run(model)
     outs = []
     for name in ("a", "b"):
-        assert explorer.main(["runs/toy", "--out", f"{name}/attention.json", "--count", "2",
+        assert explorer.main([f"runs/{model}", "--out", f"{name}/attention.json", "--count", "2",
                               "--every", "3"]) == 0
         outs.append({p.name: p.read_bytes() for p in sorted(Path(name).iterdir())})
     assert outs[0] == outs[1] and len(outs[0]) == 3
@@ -150,33 +200,45 @@ def test_same_run_gives_the_same_bytes_and_no_absolute_path(run, tmp_path):
             assert str(tmp_path) not in path.read_text(encoding="utf-8")
         data = json.loads((Path(folder) / "attention.json").read_text(encoding="utf-8"))
         assert not [s for s in strings(data) if re.match(r"(/|~|[A-Za-z]:\\)", s)]
-    assert json.loads(Path("c/attention.json").read_text())["meta"]["run"] == "runs/toy"
+    assert json.loads(Path("c/attention.json").read_text())["meta"]["run"] == f"runs/{model}"
 
 
-def test_mistakes_are_one_line_errors(run, tmp_path, capsys):
+def test_mistakes_are_one_line_errors(new_run, capsys):
     assert explorer.main(["runs/none", "--out", "x.json"]) == 2
     assert "not a run folder" in capsys.readouterr().err
-    make_run(tmp_path / "runs" / "gru", model="gru")
-    assert explorer.main(["runs/gru", "--out", "x.json"]) == 2
-    err = capsys.readouterr().err
-    assert "encoder-decoder Transformer" in err and err.count("\n") == 1
-    assert explorer.main(["runs/toy", "--out", "x.json", "--count", "7"]) == 2
+    for model in ("gru", "decoder-only"):    # no attention to read, or not encoder-decoder
+        new_run(model)
+        assert explorer.main([f"runs/{model}", "--out", "x.json"]) == 2
+        err = capsys.readouterr().err
+        assert f"holds a {model} model" in err and "--model transformer, gru-additive or " \
+            "gru-dot" in err and err.count("\n") == 1
+    new_run("transformer")
+    assert explorer.main(["runs/transformer", "--out", "x.json", "--count", "7"]) == 2
     assert "hold only" in capsys.readouterr().err
-    assert not Path("x.json").exists()
+    assert explorer.main(["runs/transformer", "--out", "x.js"]) == 2
+    assert "ending in .json" in capsys.readouterr().err
+    assert not Path("x.json").exists() and not Path("x.js").exists()
 
 
-def test_on_multi30k_with_a_trained_smoke_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("model", MODELS)
+def test_on_multi30k_with_a_trained_smoke_run(tmp_path, monkeypatch, model):
     """The book's rule on the real test set: every 50th of test_2016_flickr, 20 sentences."""
     if not os.environ.get("MULTI30K_DIR"):
         pytest.skip("needs the Multi30k files (MULTI30K_DIR)")
     from attnbook.train import train
-    train(preset("smoke"), tmp_path / "smoke", progress=False)
+    train(preset("smoke", model), tmp_path / "smoke", progress=False)
     monkeypatch.chdir(tmp_path)
     assert explorer.main(["smoke", "--out", "attention.json"]) == 0
     data = json.loads(Path("attention.json").read_text(encoding="utf-8"))
     check_data(data)
+    assert data["meta"]["config"]["model"] == model
     assert [s["index"] for s in data["sentences"]] == list(range(0, 1000, 50))
     assert data["meta"]["test_bleu"] is not None and data["meta"]["steps"] == 20
+    # the translations are those of the book's one translate() with the run's settings
+    model_, tok, cfg = explorer.load_run(Path("smoke"), "cpu")
+    sources = [s["source"] for s in data["sentences"][:6]]
+    assert [s["translation"] for s in data["sentences"][:6]] == translate(
+        model_, tok, sources, beam_size=explorer.BEAM, alpha=cfg.length_alpha)
 
 
 def test_the_library_does_not_import_the_explorer():
@@ -187,20 +249,40 @@ def test_the_library_does_not_import_the_explorer():
 
 # ---- The committed data of book/explorer.md ------------------------------------------------------
 
-def test_committed_data_is_consistent():
-    data = json.loads(COMMITTED.read_text(encoding="utf-8"))
-    assert COMMITTED.stat().st_size < 1_500_000
+@pytest.mark.parametrize("path,model",
+                         [(COMMITTED, "transformer"), (COMMITTED_GRU, "gru-additive")],
+                         ids=["transformer", "gru"])
+def test_committed_data_is_consistent(path, model):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert path.stat().st_size < 1_500_000
     check_data(data)
     meta = data["meta"]
     assert [s["index"] for s in data["sentences"]] == list(range(0, 1000, 50))
     assert meta["sentences"].startswith("one in every 50 sentences of Multi30k test_2016_flickr")
-    assert meta["config"]["model"] == "transformer" and not meta["run"].startswith("/")
+    assert meta["config"]["model"] == model and not meta["run"].startswith("/")
     assert data["layers"] >= 1 and data["heads"] >= 1
-    js = (COMMITTED.parent / "attention.js").read_text(encoding="utf-8")
+    js = path.with_suffix(".js").read_text(encoding="utf-8")
+    assert js.split(" = ", 1)[0].endswith(f"window.{explorer.js_variable(path)}")
     assert json.loads(js.split(" = ", 1)[1].rstrip().removesuffix(";")) == data
-    assert (COMMITTED.parent / "cross_attention.svg").read_text(encoding="utf-8") \
-        == explorer.svg_figure(data)
-    assert str(ROOT) not in COMMITTED.read_text(encoding="utf-8")
+    assert path.with_suffix(".svg").read_text(encoding="utf-8") == explorer.svg_figure(data)
+    for p in (path, path.with_suffix(".js"), path.with_suffix(".svg")):
+        assert str(ROOT) not in p.read_text(encoding="utf-8")
+    assert not [s for s in strings(data) if re.match(r"(/|~|[A-Za-z]:\\)", s)]
+
+
+def test_committed_gru_data_is_the_leaderboards_run():
+    """bahdanau.json comes from chapter 9's leaderboard run gru-additive, seed 0, trained to the
+    end: its configuration and test BLEU are the board's."""
+    data = json.loads(COMMITTED_GRU.read_text(encoding="utf-8"))
+    meta = data["meta"]
+    board = json.loads((ROOT / "results" / "cpu" / "board.json").read_text(encoding="utf-8"))
+    entry = next(r for r in board["runs"] if r["model"] == "gru-additive" and r["seed"] == 0)
+    assert meta["run"] == "runs/board/gru-additive_lr0.008_seed0_steps1200"
+    assert meta["config"]["preset"] == board["preset"] == "cpu-tiny"
+    assert meta["config"]["peak_lr"] == entry["peak_lr"] and meta["config"]["seed"] == 0
+    assert meta["steps"] == meta["config"]["max_steps"] == 1200
+    assert meta["weights_of"] == "the last checkpoint"
+    assert meta["test_bleu"] == entry["test_bleu"]
 
 
 def test_the_pages_numbers_are_the_committed_datas():
@@ -234,3 +316,99 @@ def test_the_pages_numbers_are_the_committed_datas():
     top = sum(int(np.argmax(W(s, "dec", l, h).sum(0)) == 0)
               for s in S for l in range(data["layers"]) for h in range(H))
     assert f"most-read column in {top} of the {len(S) * data['layers'] * H}" in page
+
+
+def test_the_bahdanau_pages_numbers_are_the_committed_datas():
+    """book/explorer_bahdanau.md quotes bahdanau.json (and, once, attention.json): each number
+    and each "X reads Y" it states is recomputed here."""
+    import numpy as np
+    data = json.loads(COMMITTED_GRU.read_text(encoding="utf-8"))
+    page = " ".join((ROOT / "book" / "explorer_bahdanau.md").read_text(encoding="utf-8").split())
+    meta, S = data["meta"], data["sentences"]
+    by = {s["index"]: s for s in S}
+    W = {s["index"]: np.array(s["weights"]["cross"][0][0]) for s in S}     # (rows, columns)
+
+    def find(pieces, word, nth=0):
+        return [j for j, p in enumerate(pieces) if p.strip("\u2581") == word][nth]
+
+    def cell(i, query, key, nth=0):      # the nth row labelled ``query``, first column ``key``
+        return f"{W[i][find(by[i]['next'], query, nth), find(by[i]['src'], key)]:.2f}"
+
+    def brightest(i, query, nth=0):      # the piece of the brightest column of a row
+        return by[i]["src"][W[i][find(by[i]["next"], query, nth)].argmax()].strip("\u2581")
+
+    # the model and the sentences
+    transformer = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    assert [s["index"] for s in S] == [s["index"] for s in transformer["sentences"]]
+    assert meta["config"]["d_model"] == 128 and meta["steps"] == 1200
+    assert f"$d_\\text{{model}} = {meta['config']['d_model']}$, 1,200 training steps" in page
+    assert f"a test BLEU of {meta['test_bleu']:.2f} (all 1,000 test sentences, beam search with " \
+        "beam 4)" in page
+    assert meta["test_bleu_of"].startswith("measured by this command on all 1000 sentences")
+    assert meta["decoding"].startswith("beam search, beam 4,")
+
+    # a diagonal
+    for q, k in [("man", "Mann"), ("sits", "sitzt"), ("bench", "Bank"), ("under", "unter"),
+                 ("large", "großen"), ("tree", "Baum")]:
+        assert brightest(750, q) == k
+        assert f"*{q}* reads *{k}* ({cell(750, q, k)})" in page, (q, k)
+    tops = {i: w[:-1].argmax(1) for i, w in W.items()}                 # without the </s> row
+    forward = sum(int((np.diff(a) >= 0).sum()) for a in tops.values())
+    steps = sum(len(a) - 1 for a in tops.values())
+    assert f"further right in {forward} of the {steps} steps" in page
+    first = [i for i, w in W.items() if w[0].argmax() != 0]
+    assert f"in {len(first)} of the {len(S)} sentences its brightest cell is not the first" in page
+    first_a = {i: by[i]["src"][w[0].argmax()] for i, w in W.items()
+               if by[i]["next"][0] == "\u2581A"}                      # first rows that write A
+    assert [i for i, p in first_a.items() if p == "\u2581Mann"] == [0, 200, 750, 800]
+    assert [i for i, p in first_a.items() if p == "\u2581Junge"] == [250, 450]
+    assert "*A* reads *Mann* in sentences 0, 200, 750 and 800, and *Junge* in 250 and 450" in page
+
+    # one word, several pieces
+    assert brightest(950, "is") == brightest(950, "writing") == "schreibt"
+    assert f"*schreibt* ({cell(950, 'is', 'schreibt')} and " \
+        f"{cell(950, 'writing', 'schreibt')})" in page
+    assert all(brightest(550, q) == "Polizist" for q in ("pol", "ic", "eman"))
+    assert "all read *Polizist* ({}, {}, {})".format(
+        *(cell(550, q, "Polizist") for q in ("pol", "ic", "eman"))) in page
+    assert brightest(900, "soccer") == brightest(900, "players") == "Fußball"
+    assert f"*Fußball* ({cell(900, 'soccer', 'Fußball')})" in page
+    assert f"the same piece ({cell(900, 'players', 'Fußball')}) and the next one, *er* " \
+        f"({cell(900, 'players', 'er')})" in page
+
+    # a blurred band
+    rows = [r for w in W.values() for r in w]
+    top = np.mean([r.max() for r in rows])
+    assert f"The largest weight of a row is {top:.2f} on average" in page
+    band = np.mean([r[max(r.argmax() - 1, 0):r.argmax() + 2].sum() for r in rows])
+    assert f"its two neighbours hold {band:.2f} of a row's weight" in page
+    sharp = [np.mean(np.concatenate([np.array(s["weights"]["cross"][1][h]).max(1)
+                                     for s in transformer["sentences"]]))
+             for h in range(transformer["heads"])]
+    assert f"the largest weight of a row is {min(sharp):.2f} to {max(sharp):.2f} on average" in page
+
+    # the verb last: sentence 0
+    assert by[0]["src"][9:13] == ["\u2581an", "st", "ar", "rt"]
+    assert brightest(0, "fixing") == brightest(0, "some") == "etwas"
+    assert f"*fixing*, its brightest cell is *etwas* ({cell(0, 'fixing', 'etwas')})" in page
+    assert f"*some* reads *etwas* again ({cell(0, 'some', 'etwas')})" in page
+    k = find(by[0]["next"], "k")
+    assert all(not 9 <= a <= 12 for a in tops[0][:k]) and brightest(0, "k") == "ar"
+    assert f"*k* reads *ar* ({cell(0, 'k', 'ar')})" in page
+    assert by[0]["translation"].endswith("is fixing some kind.")
+    assert 'ends "is fixing some kind"' in page
+    t0 = transformer["sentences"][0]
+    mean = np.mean([np.array(h) for h in t0["weights"]["cross"][-1]], 0)
+    row = mean[t0["next"].index("\u2581looking")]
+    assert t0["translation"].endswith("looking at something.") and t0["src"][row.argmax()] == "rt"
+    assert f"the last piece of *anstarrt* ({row.max():.2f} in the mean of its heads)" in page
+
+    # read twice, never read: sentences 800 and 900
+    assert by[800]["translation"] == "A man rides a bicycle through a bicycle."
+    assert brightest(800, "bicycle", 0) == brightest(800, "bicycle", 1) == "Fahrrad"
+    assert f"*Fahrrad* ({cell(800, 'bicycle', 'Fahrrad', 0)} and " \
+        f"{cell(800, 'bicycle', 'Fahrrad', 1)})" in page
+    assert by[800]["src"][8:11] == ["\u2581T", "orb", "ogen"]
+    assert all(a not in (8, 9, 10) for a in tops[800][:-1])               # rows writing words
+    assert brightest(800, ".") == brightest(800, "</s>") == "orb"
+    assert brightest(900, "field", 0) == brightest(900, "field", 1) == "Feld"

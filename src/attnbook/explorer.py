@@ -1,28 +1,36 @@
-"""The data of the book's attention explorer (book/explorer.md): every attention weight of a
-trained translator on a fixed set of test sentences.
+"""The data of the book's attention explorers (book/explorer.md, book/explorer_bahdanau.md).
+
+Every attention weight of a trained translator on a fixed set of test sentences, for two kinds
+of model: the encoder-decoder Transformer (book/explorer.md) and Part I's GRU encoder-decoder
+with attention, whose one attention is Bahdanau's alignment (book/explorer_bahdanau.md; models
+``gru-additive`` and ``gru-dot``).
 
     python -m attnbook.explorer runs/cpu-base/medium --average 5 --out book/_static/explorer/attention.json
+    python -m attnbook.explorer runs/board/gru-additive_lr0.008_seed0_steps1200 --bleu --out book/_static/explorer/bahdanau.json
 
 The sentences are every 50th of Multi30k's ``test_2016_flickr`` (numbers 0, 50, ..., 950: twenty,
 none skipped). Each is translated by beam search (beam 4, the run's length penalty): the search
 and settings of :func:`attnbook.decoding.translate`, keeping the ids it chose. Then the model
-reads the source and its own translation once more, teacher-forced, with every
-:class:`~attnbook.mha.MultiHeadAttention` recording its weights (``record``). That pass
+reads the source and its own translation once more, teacher-forced, recording its weights
+(``record``): in the Transformer every :class:`~attnbook.mha.MultiHeadAttention`; in the GRU
+its decoder's attention, which ``Seq2Seq(..., return_attention=True)`` returns. That pass
 computes what the search computed when it chose each token: the same tokens, the same keys and
-values. One sentence at a time, so there is no padding.
+values (the same states, for the GRU). One sentence at a time, so there is no padding.
 
 Written, deterministic (the same run gives the same bytes) and free of absolute paths:
 
-* ``OUT`` (JSON): ``meta`` (run, configuration, rule, decoding, version), ``kinds`` (``enc``,
-  ``dec``, ``cross``: which pieces label the rows, the queries, and the columns, the keys),
-  ``layers``, ``heads`` and, per sentence, its text and pieces (``src``; ``tgt``, the decoder's
-  input ``<s> y_1 ... y_n``; ``next``, what each decoder position predicts, ``y_1 ... y_n </s>``)
-  and ``weights[kind][layer][head]``, a (queries, keys) list of rows rounded to 3 decimals; each
+* ``OUT`` (JSON): ``meta`` (run, configuration, test BLEU, rule, decoding, version), ``kinds``
+  (Transformer: ``enc``, ``dec``, ``cross``; GRU: ``cross`` only; each says which pieces label
+  the rows, the queries, and the columns, the keys), ``layers``, ``heads`` (both 1 for the GRU)
+  and, per sentence, its text and pieces (``src``; ``tgt``, the decoder's input
+  ``<s> y_1 ... y_n``; ``next``, what each decoder position predicts, ``y_1 ... y_n </s>``) and
+  ``weights[kind][layer][head]``, a (queries, keys) list of rows rounded to 3 decimals; each
   row sums to 1 up to the rounding.
-* ``OUT`` with the suffix ``.js``: the same data as ``window.ATTNBOOK_ATTENTION = {...};``. The
-  page loads that with a ``<script>`` tag, which also works when the book is opened from disk
-  (``file://``), where browsers refuse to fetch a JSON file.
-* ``cross_attention.svg`` beside it: the cross-attention of the first sentence, last layer, mean
+* ``OUT`` with the suffix ``.js``: the same data as ``window.ATTNBOOK_<NAME> = {...};``, NAME
+  the file's name in capitals (``attention.json``: ``ATTNBOOK_ATTENTION``). The page loads that
+  with a ``<script>`` tag, which also works when the book is opened from disk (``file://``),
+  where browsers refuse to fetch a JSON file.
+* ``OUT`` with the suffix ``.svg``: the cross-attention of the first sentence, last layer, mean
   of the heads, the figure the page shows to readers without JavaScript.
 
 Nothing in the package imports this module.
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from html import escape
 from pathlib import Path
@@ -39,10 +48,12 @@ import torch
 
 from . import BOS_ID, EOS_ID, __version__
 from .batching import pad
+from .bleu import bleu_score
 from .cli import Parser, UsageError, add_common, apply_common, fail
 from .data import DataError, load_multi30k
 from .decoding import beam_search
 from .mha import MultiHeadAttention
+from .rnn import Seq2Seq
 from .runs import RunError, load_run
 
 SPLIT, EVERY, COUNT, BEAM = "test_2016_flickr", 50, 20, 4
@@ -54,6 +65,10 @@ KINDS = {
     "dec": ("decoder self-attention", "decoder.{}.self_attn", "tgt", "tgt"),
     "cross": ("cross-attention", "decoder.{}.cross_attn", "next", "src"),
 }
+# The GRU encoder-decoders with attention (rnn.Seq2Seq) have one attention, from the decoder's
+# state to the encoder's states: one layer, one head. Its name is the score's.
+GRU_KINDS = {"cross": ("{} attention", "decoder.attention", "next", "src")}
+GRU_MODELS = ("gru-additive", "gru-dot")
 # viridis (matplotlib's, at 0, 1/8, ..., 1): colour-blind safe, light where the weight is high.
 # explorer.js interpolates the same table.
 VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
@@ -61,6 +76,8 @@ VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5
 CONFIG_KEYS = ("preset", "model", "d_model", "h", "n_layers", "d_ff", "dropout", "norm_first",
                "vocab_size", "max_tokens", "max_steps", "warmup", "peak_lr", "label_smoothing",
                "seed", "length_alpha")
+GRU_CONFIG_KEYS = ("preset", "model", "d_model", "vocab_size", "max_tokens", "max_steps",
+                   "warmup", "peak_lr", "label_smoothing", "seed", "length_alpha")
 
 
 def choose(pairs: list, every: int = EVERY, count: int = COUNT) -> list[int]:
@@ -81,11 +98,16 @@ def _rows(w: torch.Tensor) -> list:
 @torch.no_grad()
 def record(model, src: list[int], hyp: list[int]) -> dict:
     """The attention weights of one teacher-forced pass over (source ids, output ids):
-    {kind: [layer][head] rows}; queries and keys as in KINDS (one sentence: no padding)."""
-    mods = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+    {kind: [layer][head] rows}; queries and keys as in KINDS, or GRU_KINDS for a GRU
+    (one sentence: no padding)."""
     device = next(model.parameters()).device
-    s = torch.tensor([src], device=device)
-    t = torch.tensor([[BOS_ID, *hyp]], device=device)
+    s = torch.tensor([src], device=device)                               # (1, S)
+    t = torch.tensor([[BOS_ID, *hyp]], device=device)                    # (1, n + 1)
+    if isinstance(model, Seq2Seq):
+        _, w = model(s, torch.ones_like(s, dtype=torch.bool), t,
+                     return_attention=True)                              # w: (1, n + 1, S)
+        return {"cross": [[_rows(w[0].float().cpu())]]}                  # one layer, one head
+    mods = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
     for m in mods.values():
         m.record, m.last = True, None
     try:
@@ -135,26 +157,45 @@ def run_name(run: Path) -> str:
         return Path(*run.parts[-2:]).as_posix()
 
 
+def run_bleu(model, tok, cfg, pairs: list, metrics: dict, average: int, measure: bool):
+    """(test BLEU of the weights shown, where it comes from): measured on all ``pairs`` with the
+    explorer's decoding if ``measure``, as ``python -m attnbook.evaluate`` does; else the run's
+    metrics.json's, which scored the last checkpoint (a leaderboard run's has none)."""
+    if measure:
+        result = bleu_score(model, tok, pairs, beam_size=BEAM, alpha=cfg.length_alpha)
+        return result["bleu"], (f"measured by this command on all {len(pairs)} sentences of "
+                                f"{SPLIT}, decoded as the sentences shown; sacreBLEU "
+                                f"{result['signature']}")
+    if average == 1 and metrics.get("test_bleu") is not None:
+        return metrics["test_bleu"], "the run's metrics.json"
+    return None, "not measured (--bleu measures it)"
+
+
 def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
-            device="cpu", average: int = 1) -> dict:
+            device="cpu", average: int = 1, measure_bleu: bool = False) -> dict:
     """The explorer's data for run folder ``run`` (see the module's docstring); ``average``:
-    the weights are the mean of the run's last ``average`` snapshots (``runs.load_run``)."""
+    the weights are the mean of the run's last ``average`` snapshots (``runs.load_run``);
+    ``measure_bleu``: measure the test BLEU of those weights instead of reading the run's."""
     model, tok, cfg = load_run(run, device, average=average)
-    if cfg.model != "transformer":
-        raise RunError(f"{run} holds a {cfg.model} model; the explorer shows the attention of "
-                       "the encoder-decoder Transformer: give a run trained with --model "
-                       "transformer")
+    gru = cfg.model in GRU_MODELS
+    if cfg.model != "transformer" and not gru:
+        raise RunError(f"{run} holds a {cfg.model} model; the explorer reads the attention of "
+                       "the encoder-decoder Transformer and of the GRUs with attention: give a "
+                       "run trained with --model transformer, gru-additive or gru-dot")
     pairs = load_multi30k(SPLIT, cfg.src_lang, cfg.tgt_lang, data_dir)
     picks = choose(pairs, every, count)
     metrics = {}
     if (run / "metrics.json").is_file():
         metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    bleu, bleu_of = run_bleu(model, tok, cfg, pairs, metrics, average, measure_bleu)
     meta = {
         "run": run_name(run),
-        "config": {k: getattr(cfg, k) for k in CONFIG_KEYS},
+        "config": {k: getattr(cfg, k) for k in (GRU_CONFIG_KEYS if gru else CONFIG_KEYS)},
         "steps": metrics.get("steps"),
-        "val_loss": None if "val_loss" not in metrics or average > 1 else round(metrics["val_loss"], 4),
-        "test_bleu": metrics.get("test_bleu"),
+        "val_loss": None if "val_loss" not in metrics or average > 1
+                    else round(metrics["val_loss"], 4),
+        "test_bleu": bleu,
+        "test_bleu_of": bleu_of,
         "weights_of": "the last checkpoint" if average == 1 else
                       f"the mean of the last {average} snapshots (checkpoint averaging)",
         "sentences": f"one in every {every} sentences of Multi30k {SPLIT} ({cfg.src_lang}->"
@@ -167,9 +208,15 @@ def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
                    "to 3 decimals: each row sums to 1 up to the rounding",
         "attnbook": __version__,
     }
-    kinds = {k: {"name": name, "module": pattern.format("L"), "rows": rows, "columns": cols}
-             for k, (name, pattern, rows, cols) in KINDS.items()}
-    return {"meta": meta, "kinds": kinds, "layers": cfg.n_layers, "heads": cfg.h,
+    if gru:
+        kinds = {k: {"name": name.format(model.score), "module": module, "rows": rows,
+                     "columns": cols} for k, (name, module, rows, cols) in GRU_KINDS.items()}
+        layers, heads = 1, 1
+    else:
+        kinds = {k: {"name": name, "module": pattern.format("L"), "rows": rows, "columns": cols}
+                 for k, (name, pattern, rows, cols) in KINDS.items()}
+        layers, heads = cfg.n_layers, cfg.h
+    return {"meta": meta, "kinds": kinds, "layers": layers, "heads": heads,
             "sentences": build(model, tok, cfg, pairs, picks)}
 
 
@@ -212,35 +259,46 @@ def svg_figure(data: dict, sentence: int = 0) -> str:
     return "\n".join(parts + ["</svg>"]) + "\n"
 
 
+def js_variable(out: Path) -> str:
+    """The global that OUT's .js twin sets: attention.json -> ATTNBOOK_ATTENTION (the page names
+    it in the explorer's data-source)."""
+    return "ATTNBOOK_" + re.sub(r"[^A-Z0-9]", "_", out.stem.upper())
+
+
 def write(data: dict, out: Path) -> list[Path]:
-    """Write the JSON, its .js twin and the static SVG; returns their paths."""
+    """Write the JSON, its .js twin and the static SVG (OUT with .js, .svg); returns their paths."""
     out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    js = out.with_suffix(".js")
-    svg = out.parent / "cross_attention.svg"
+    js, svg = out.with_suffix(".js"), out.with_suffix(".svg")
     out.write_text(text + "\n", encoding="utf-8")
     js.write_text("// Written by `python -m attnbook.explorer`; the same data as "
-                  f"{out.name}.\nwindow.ATTNBOOK_ATTENTION = {text};\n", encoding="utf-8")
+                  f"{out.name}.\nwindow.{js_variable(out)} = {text};\n", encoding="utf-8")
     svg.write_text(svg_figure(data), encoding="utf-8")
     return [out, js, svg]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m attnbook.explorer", description=__doc__.split("\n")[0])
-    p.add_argument("run", type=Path, help="run folder of a Transformer (checkpoint.pt, "
-                                          "tokenizer.model)")
+    p.add_argument("run", type=Path, help="run folder of a Transformer or of a GRU with "
+                                          "attention (checkpoint.pt, tokenizer.model)")
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--every", type=int, default=EVERY, help=f"step between test sentences "
                                                             f"(default {EVERY})")
     p.add_argument("--count", type=int, default=COUNT, help=f"sentences (default {COUNT})")
+    p.add_argument("--bleu", action="store_true", help="measure the test BLEU of the weights "
+                   "shown (all test sentences: minutes) instead of reading the run's metrics.json")
     add_common(p, "average", "threads", "data-dir")
     p.set_defaults(threads=1)  # the same bytes on every run: one thread, on the CPU
     args = p.parse_args(argv)
     try:
         if args.every < 1 or args.count < 1:
             raise UsageError("--every and --count must be at least 1")
+        if args.out.suffix != ".json":
+            raise UsageError(f"--out {args.out}: give a file name ending in .json (the .js and "
+                             ".svg files are written beside it)")
         apply_common(args)
-        data = explore(args.run, args.every, args.count, args.data_dir, average=args.average)
+        data = explore(args.run, args.every, args.count, args.data_dir, average=args.average,
+                       measure_bleu=args.bleu)
         paths = write(data, args.out)
     except (UsageError, RunError, DataError, ValueError) as e:
         return fail(e)

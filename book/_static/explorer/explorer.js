@@ -1,8 +1,11 @@
-/* The attention explorer of book/explorer.md: every attention weight of the book's trained
-   translator on 20 test sentences, as a heatmap. Plain JavaScript and SVG, no library, no
-   request to any host: the data comes from attention.js (written by `python -m attnbook.explorer`,
-   which sets window.ATTNBOOK_ATTENTION), loaded by a <script> tag so that the page also works
-   when opened from disk (file://), where browsers refuse to fetch a JSON file. */
+/* The attention explorers of book/explorer.md (the Transformer) and book/explorer_bahdanau.md
+   (the GRU of chapter 2): every attention weight of a trained translator on 20 test sentences,
+   as a heatmap. Plain JavaScript and SVG, no library, no request to any host. Each
+   <div class="attn-explorer" data-source="NAME"> shows the data of window.NAME (default
+   ATTNBOOK_ATTENTION), set by a .js file that `python -m attnbook.explorer` writes (attention.js,
+   bahdanau.js) and the page loads with a <script> tag, so that it also works when opened from
+   disk (file://), where browsers refuse to fetch a JSON file. A control with one choice (the
+   GRU's one kind, layer and head) is hidden. */
 (function () {
   "use strict";
 
@@ -63,10 +66,12 @@
 
   function init(root) {
     var me = ++uid;
-    var data = window.ATTNBOOK_ATTENTION;
+    var source = root.getAttribute("data-source") || "ATTNBOOK_ATTENTION";
+    var data = window[source];
     var status = el("p", {"class": "attn-status", "aria-live": "polite"});
     if (!data) {
-      status.textContent = "The explorer's data (attention.js) did not load.";
+      status.textContent = "The explorer's data (" + source.replace("ATTNBOOK_", "").toLowerCase() +
+        ".js) did not load.";
       root.appendChild(status);
       return;
     }
@@ -77,13 +82,17 @@
     var kind = select(controls, "kind", "Attention", Object.keys(data.kinds).map(function (k) {
       return [k, data.kinds[k].name];
     }));
-    var layers = [], heads = [["mean", "mean of heads"]];
+    var layers = [], heads = data.heads > 1 ? [["mean", "mean of heads"]] : [];
     for (var l = 0; l < data.layers; l++) layers.push([l, String(l + 1)]);
     for (var h = 0; h < data.heads; h++) heads.push([h, "head " + (h + 1)]);
     var layer = select(controls, "layer", "Layer", layers);
     var head = select(controls, "head", "Head", heads);
-    kind.value = "cross";
+    kind.value = data.kinds.cross ? "cross" : Object.keys(data.kinds)[0];
     layer.value = String(data.layers - 1);
+    [kind, layer, head].forEach(function (s) {   // nothing to choose: the GRU's one attention
+      if (s.options.length < 2) s.parentNode.hidden = true;
+    });
+    var single = data.layers === 1 && data.heads === 1;
 
     var texts = el("dl", {"class": "attn-texts"}, root);
     var caption = el("p", {"class": "attn-caption"}, root);
@@ -122,8 +131,9 @@
         width = Math.max(width, Math.ceil(left + CELL * j + CELL / 2 + 8 + textW([p]) / 2));
       });
       var where = info.module.replace("L", layer.value);
-      var what = (head.value === "mean" ? "mean of the " + data.heads + " heads" :
-                  "head " + (+head.value + 1)) + " of layer " + (+layer.value + 1);
+      var what = single ? "the model's one attention (one layer, one head)" :
+        (head.value === "mean" ? "mean of the " + data.heads + " heads" :
+         "head " + (+head.value + 1)) + " of layer " + (+layer.value + 1);
 
       texts.innerHTML = "";
       [["German", s.source], ["Translation", s.translation], ["Reference", s.reference]]
@@ -131,8 +141,8 @@
           el("dt", {}, texts).textContent = p[0];
           el("dd", {lang: p[0] === "German" ? "de" : "en"}, texts).textContent = p[1];
         });
-      caption.textContent = info.name.charAt(0).toUpperCase() + info.name.slice(1) + ", " + what +
-        " (" + where + "). " + ROWS_TEXT[kind.value] + " Each row sums to 1. Hover over a row, " +
+      caption.textContent = info.name.charAt(0).toUpperCase() + info.name.slice(1) + " (" + where +
+        "), " + what + ". " + ROWS_TEXT[kind.value] + " Each row sums to 1. Hover over a row, " +
         "or focus its label with the Tab key, to see what it reads.";
 
       var svg = el("svg", {"class": "attn-map", width: width, height: height,
@@ -168,7 +178,7 @@
         el("stop", {offset: i / (VIRIDIS.length - 1), "stop-color": c}, grad, true);
       });
       el("rect", {x: left, y: legend, width: 160, height: 10,
-                  fill: "url(#attn-viridis-" + uid + ")"}, svg, true);
+                  fill: "url(#attn-viridis-" + me + ")"}, svg, true);
       [0, 0.5, 1].forEach(function (v) {
         svgText(svg, {x: left + 160 * v, y: legend + 24, "text-anchor": "middle"}, String(v));
       });

@@ -151,7 +151,7 @@ def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
         metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
     meta = {
         "run": run_name(run),
-        "config": {k: getattr(cfg, k) for k in CONFIG_KEYS},
+        "config": {k: getattr(cfg.arch if hasattr(cfg.arch, k) else cfg, k) for k in CONFIG_KEYS},
         "steps": metrics.get("steps"),
         "val_loss": None if "val_loss" not in metrics or average > 1 else round(metrics["val_loss"], 4),
         "test_bleu": metrics.get("test_bleu"),
@@ -169,7 +169,7 @@ def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
     }
     kinds = {k: {"name": name, "module": pattern.format("L"), "rows": rows, "columns": cols}
              for k, (name, pattern, rows, cols) in KINDS.items()}
-    return {"meta": meta, "kinds": kinds, "layers": cfg.n_layers, "heads": cfg.h,
+    return {"meta": meta, "kinds": kinds, "layers": cfg.arch.n_layers, "heads": cfg.arch.h,
             "sentences": build(model, tok, cfg, pairs, picks)}
 
 

@@ -37,16 +37,20 @@ def train_main(capsys, tmp_path, *args) -> str:
     ("time_budget_s=1.5", ("time_budget_s", 1.5)), ("norm_first=true", ("norm_first", True)),
     ("compile=no", ("compile", False)), ("snapshot_steps=100,200", ("snapshot_steps", (100, 200))),
     ("snapshot_steps=", ("snapshot_steps", ())), ("precision=fp32", ("precision", "fp32")),
-    ("d-model=64", ("d_model", 64)),
+    ("d-model=64", ("d_model", 64)), ("arch.d_k=16", ("d_k", 16)),
+    ("arch.norm-first=1", ("norm_first", True)),
 ])
 def test_set_parses_each_value_to_its_fields_type(item, expected):
     assert parse_set(item) == expected
     with pytest.raises(UsageError, match="unknown key 'nope'"):
         parse_set("nope=1")
+    with pytest.raises(UsageError, match=r"unknown key 'arch.max_steps'; valid keys: .*max_steps"):
+        parse_set("arch.max_steps=1")                 # only the model's fields are in arch
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--set", "foo=1"], "error: --set foo=1: unknown key 'foo'; valid keys: preset, model, d_model"),
+    (["--set", "foo=1"], "error: --set foo=1: unknown key 'foo'; valid keys: preset, model, "
+                         "vocab_size, d_model, h,"),
     (["--set", "eval_every"], "--set eval_every: expected KEY=VALUE; valid keys:"),
     (["--set", "eval_every=ten"], "--set eval_every=ten: 'ten' is not a valid eval_every; "
                                   "give an integer"),
@@ -62,6 +66,9 @@ def test_set_parses_each_value_to_its_fields_type(item, expected):
     (["--peak-lr", "0"], "--peak-lr must be positive"),
     (["--set", "clip=-1"], "--set clip must be 0 or more"),
     (["--d-model", "64", "--set", "d_model=32"], "--d-model is given twice"),
+    (["--heads", "2", "--set", "arch.h=4"], "--heads is given twice (--set arch.h=4)"),
+    (["--set", "d_k=-1"], "--set d_k must be 0 or more, got -1"),
+    (["--set", "arch.max_len=0"], "--set max_len must be at least 1, got 0"),
     (["--set", "model=lstm"], "unknown model 'lstm'"),
     (["--threads", "0"], "--threads must be at least 1, got 0"),
 ])
@@ -85,16 +92,18 @@ def test_recipe_options_override_the_preset_and_the_run_records_them(tmp_path, c
                        "2", "--d-model", "48", "--heads", "3", "--layers", "2", "--d-ff", "40",
                        "--dropout", "0.2", "--warmup", "5", "--norm-first", "--max-tokens", "512",
                        "--label-smoothing", "0.05", "--set", "eval_every=1",
-                       "--set", "eval_sentences=2"]) == 0
-    expected = {"d_model": 48, "h": 3, "n_layers": 2, "d_ff": 40, "dropout": 0.2, "warmup": 5,
-                "norm_first": True, "max_tokens": 512, "label_smoothing": 0.05, "eval_every": 1,
-                "eval_sentences": 2, "max_steps": 2, "vocab_size": 1000, "preset": "smoke"}
-    config = json.loads((run / "config.json").read_text())
-    assert {k: config[k] for k in expected} == expected
+                       "--set", "eval_sentences=2", "--set", "arch.d_k=8"]) == 0
+    arch = {"d_model": 48, "h": 3, "n_layers": 2, "d_ff": 40, "dropout": 0.2, "norm_first": True,
+            "vocab_size": 1000, "d_k": 8, "max_len": 512}
+    recipe = {"warmup": 5, "max_tokens": 512, "label_smoothing": 0.05, "eval_every": 1,
+              "eval_sentences": 2, "max_steps": 2, "preset": "smoke"}
+    config = json.loads((run / "config.json").read_text())       # nested: the model in "arch"
+    assert {k: config["arch"][k] for k in arch} == arch and {k: config[k] for k in recipe} == recipe
     assert config == json.loads((run / "metrics.json").read_text())["config"]
     assert config == json.loads(json.dumps(load_checkpoint(run / "checkpoint.pt")["config"]))
     model, tok, cfg = load_run(run, "cpu")
-    assert len(model.encoder) == len(model.decoder) == 2 and cfg.norm_first
+    assert len(model.encoder) == len(model.decoder) == 2 and cfg.arch.norm_first
+    assert model.encoder[0].self_attn.d_k == 8
     assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [1, 2]
 
 
@@ -146,7 +155,7 @@ def test_resume_with_other_options_names_them(run, capsys):
                    "(d_model: checkpoint 32, asked 64; n_layers: checkpoint 1, asked 2); resume "
                    "with the options it was trained with (preset, flags and --nproc_per_node), "
                    "or train into a new --out folder\n")
-    assert json.loads((run / "config.json").read_text())["d_model"] == 32   # left as it was
+    assert json.loads((run / "config.json").read_text())["arch"]["d_model"] == 32   # as it was
     assert load_checkpoint(run / "checkpoint.pt")["step"] == 4
 
 

@@ -9,7 +9,7 @@ import torch
 
 from attnbook.batching import make_batch
 from attnbook.experiments import main, output_stats, repeats, summarise
-from attnbook.recipe import build_model, preset
+from attnbook.recipe import build_model, differences, override, preset
 from attnbook.runs import load_checkpoint
 from attnbook.train import attention_entropy, train
 
@@ -34,8 +34,8 @@ def test_extending_a_run_equals_training_it_that_long(tmp_path):
 
 
 def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys():
-    cfg = replace(preset("smoke"), n_layers=2)
-    model = build_model(cfg, 20)
+    cfg = override(preset("smoke"), n_layers=2, vocab_size=20)
+    model = build_model(cfg)
     with torch.no_grad():   # W_q = 0: every score is the same, so the weights are uniform
         for name, p in model.named_parameters():
             if "W_q" in name:
@@ -52,8 +52,8 @@ def test_attention_entropy_of_uniform_attention_is_log_of_the_visible_keys():
     # cross-attention: every real target position sees its sentence's source
     assert ent["decoder.0.cross_attn"] == pytest.approx((4 * math.log(4) + 2 * math.log(2)) / 6, abs=1e-4)
     # a trained-looking model (random weights) is below the uniform bound, and GRUs have none
-    assert attention_entropy(build_model(cfg, 20), b)["encoder.0.self_attn"] < math.log(4)
-    assert attention_entropy(build_model(replace(cfg, model="gru-additive"), 20), b) == {}
+    assert attention_entropy(build_model(cfg), b)["encoder.0.self_attn"] < math.log(4)
+    assert attention_entropy(build_model(replace(cfg, model="gru-additive")), b) == {}
 
 
 def test_degenerate_outputs_are_detected():
@@ -121,8 +121,8 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
 
 def test_checkpoint_averaging_is_the_mean_of_the_weights(tmp_path):
     from attnbook.runs import average_checkpoints, save_checkpoint
-    cfg = preset("smoke")
-    models = [build_model(replace(cfg, seed=s), 30) for s in range(3)]
+    cfg = override(preset("smoke"), vocab_size=30)
+    models = [build_model(cfg) for _ in range(3)]
     for i, m in enumerate(models):
         torch.manual_seed(i)
         for p in m.parameters():
@@ -136,7 +136,7 @@ def test_checkpoint_averaging_is_the_mean_of_the_weights(tmp_path):
     one = average_checkpoints([tmp_path / "c1.pt"])
     assert all(torch.equal(one[k], v) for k, v in models[1].state_dict().items())
     # weights of another model (another size) are refused, and so is an empty list
-    save_checkpoint(tmp_path / "other.pt", model=build_model(replace(cfg, d_model=16), 30).state_dict())
+    save_checkpoint(tmp_path / "other.pt", model=build_model(override(cfg, d_model=16)).state_dict())
     with pytest.raises(ValueError, match="other parameters"):
         average_checkpoints([tmp_path / "c0.pt", tmp_path / "other.pt"])
     with pytest.raises(ValueError, match="no checkpoints"):
@@ -219,9 +219,9 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
         for seed in (0, 1):
             (folder,) = (tmp_path / "abl" / name).glob(f"*seed{seed}*")
             configs[name, seed] = json.loads((folder / "metrics.json").read_text())["config"]
-    differ = {k for k in configs["base", 0] if configs["base", 0][k] != configs["heads-8", 0][k]}
-    assert differ == {"h"} and configs["heads-8", 0]["h"] == 8
-    assert {k for k in configs["base", 0] if configs["base", 0][k] != configs["base", 1][k]} == {"seed"}
+    assert differences(configs["base", 0], configs["heads-8", 0]) == {"h": (4, 8)}
+    assert differences(configs["base", 0], configs["base", 1]) == {"seed": (0, 1)}
+    assert configs["heads-8", 0]["arch"]["h"] == 8                 # saved nested
     for v in res["variants"]:
         assert [r["seed"] for r in v["runs"]] == [0, 1] and v["test_bleu"]["n"] == 2
         assert v["test_bleu"]["mean"] == pytest.approx(sum(r["test_bleu"] for r in v["runs"]) / 2, abs=0.01)

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ import torch
 import attnbook.explorer as explorer
 from attnbook import BOS_ID, EOS_ID
 from attnbook.decoding import translate
-from attnbook.recipe import build_model, preset
+from attnbook.recipe import build_model, override, preset
 from attnbook.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,9 +47,9 @@ def make_run(folder: Path, model: str = "transformer") -> Path:
     words = [s for pair in PAIRS for s in pair] * 4
     tok = train_tokenizer(words, vocab_size=80, folder=folder / "tok")
     (folder / "tokenizer.model").write_bytes(tok.model_file.read_bytes())
-    cfg = replace(preset("smoke", model), vocab_size=tok.vocab_size, n_layers=2)
+    cfg = override(preset("smoke", model), vocab_size=tok.vocab_size, n_layers=2)
     torch.manual_seed(0)
-    net = build_model(cfg, tok.vocab_size)
+    net = build_model(cfg)
     torch.save({"model": net.state_dict(), "config": asdict(cfg), "vocab_size": tok.vocab_size},
                folder / "checkpoint.pt")
     return folder

@@ -316,7 +316,7 @@ def test_the_pages_numbers_are_the_committed_results():
     assert f"$d_k = {data['d_k']}$" in page
     assert f"about {round(data['cpu_time_s'] / 60)} minutes of processor time on one thread" in page
     tiny_cfg = preset("cpu-tiny")
-    assert (tiny_cfg.n_layers, tiny_cfg.h, tiny_cfg.dropout) == (2, 4, 0.0)
+    assert (tiny_cfg.arch.n_layers, tiny_cfg.arch.h, tiny_cfg.arch.dropout) == (2, 4, 0.0)
     assert "(2 + 2 layers, 4 heads, no dropout; their last checkpoints)" in page
     assert all(t["weights_of"] == "the last checkpoint" for t in tiny)
     for quote in QUOTES:

@@ -7,7 +7,7 @@ from attnbook.batching import make_batch, pad
 from attnbook.decoding import beam_search, greedy_decode
 from attnbook.lm import (DecoderOnlyTranslator, generate, lm_batches, lm_loss,
                          prompt_target_example, sample_next, token_positions)
-from attnbook.recipe import MODELS, build_model, forward_logits, preset
+from attnbook.recipe import MODELS, build_model, forward_logits, override, preset
 from attnbook.transformer import SelfAttentionStack, TransformerConfig
 
 V = 23
@@ -225,9 +225,9 @@ def test_translator_learns_to_copy():
 
 def test_decoder_only_in_the_training_harness():
     assert "decoder-only" in MODELS                              # on chapter 9's board
-    c = preset("smoke", "decoder-only")
-    model = build_model(c, 20)
-    assert isinstance(model, DecoderOnlyTranslator) and len(model.stack.blocks) == 2 * c.n_layers
+    c = override(preset("smoke", "decoder-only"), vocab_size=20)
+    model = build_model(c)
+    assert isinstance(model, DecoderOnlyTranslator) and len(model.stack.blocks) == 2 * c.arch.n_layers
     b = make_batch([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14, 15]])
     logits = forward_logits(model, b)
     assert logits.shape == (2, b.tgt_in.shape[1], 20)

@@ -102,7 +102,7 @@ def test_low_precision_training_steps_on_the_cpu(tmp_path, mode):
     assert math.isfinite(metrics["val_loss"])
     ckpt = load_checkpoint(tmp_path / mode / "checkpoint.pt")
     deterministic(cfg.seed)
-    init = build_model(cfg, ckpt["vocab_size"]).state_dict()   # the run's initial weights
+    init = build_model(cfg).state_dict()                        # the run's initial weights
     moved = {k: (ckpt["model"][k] - init[k]).abs().max().item() for k in init}
     assert min(moved.values()) > 0 and max(moved.values()) > 1e-3, moved
     # autocast really ran: the training losses differ a little from a float32 run's
@@ -195,11 +195,16 @@ def test_compile_asks_for_dynamic_shapes_and_leaves_the_gru_models_eager(tmp_pat
 
 
 def test_configs_of_older_runs_with_the_bf16_switch_still_load():
-    """Checkpoints written before ``precision`` existed hold ``bf16``; translate.load_run
-    rebuilds their TrainConfig with TrainConfig.from_dict, and same_run matches them."""
+    """Checkpoints written before ``precision`` existed hold ``bf16`` (and a flat config, as in
+    results/cpu/cpu_tiny_transformer_2threads.json); translate.load_run rebuilds their TrainConfig
+    with TrainConfig.from_dict, and same_run matches them."""
     from dataclasses import asdict
+    from pathlib import Path
 
-    old = asdict(preset("cpu-tiny"))
+    results = Path(__file__).parents[1] / "results" / "cpu" / "cpu_tiny_transformer_2threads.json"
+    old = json.loads(results.read_text())["config"]          # saved flat, before positional
+    assert "d_model" in old and "arch" not in old and "positional" not in old
+    assert TrainConfig.from_dict(old) == preset("cpu-tiny")
     del old["precision"]
     assert TrainConfig.from_dict({**old, "bf16": True}).precision == "auto"
     assert TrainConfig.from_dict({**old, "bf16": False}).precision == "fp32"

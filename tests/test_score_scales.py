@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnbook.batching import make_batch
-from attnbook.recipe import build_model, preset
+from attnbook.recipe import build_model, override, preset
 from attnbook.score_scales import STATS, main, score_statistics, width_sweep
 from attnbook.transformer import Transformer, TransformerConfig
 
@@ -72,7 +72,7 @@ def test_unscaled_scores_grow_with_the_width_and_scaled_ones_do_not():
 
 def test_models_without_attention_are_refused():
     with pytest.raises(ValueError, match="no MultiHeadAttention"):
-        score_statistics(build_model(preset("smoke", model="gru"), 20), [])
+        score_statistics(build_model(override(preset("smoke", model="gru"), vocab_size=20)), [])
 
 
 @pytest.mark.skipif(not (RUN / "checkpoint.pt").is_file(), reason="needs the trained cpu-base run")

@@ -11,7 +11,8 @@ import torch
 
 from attnbook import PAD_ID
 from attnbook.batching import translation_loss
-from attnbook.recipe import MODELS, PEAK_LR, PRESETS, build_model, forward_logits, preset
+from attnbook.recipe import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits, override,
+                             preset)
 from attnbook.schedules import noam_lr, warmup_cosine, warmup_cosine_scheduler, warmup_lr
 from attnbook.runs import load_checkpoint
 from attnbook.train import train
@@ -36,7 +37,7 @@ def test_peak_learning_rate_is_stated_not_derived():
             assert warmup_lr(s, peak, w) == pytest.approx(noam_lr(s, d, w, f), rel=1e-12)
     assert max(warmup_lr(s, 3e-3, 200) for s in range(1, 2000)) == pytest.approx(3e-3)
     # a preset's peak does not move when d_model or warm-up change
-    cfg = replace(preset("cpu-tiny"), d_model=256, warmup=400)
+    cfg = override(preset("cpu-tiny"), d_model=256, warmup=400)
     assert cfg.peak_lr == PEAK_LR["cpu-tiny"]["transformer"]
 
 
@@ -59,7 +60,7 @@ def test_loss_ignores_padding_and_smooths_labels():
 
 @needs_data
 def test_resuming_after_an_interruption_gives_exactly_the_same_model(tmp_path):
-    cfg = replace(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=4, dropout=0.1)
+    cfg = override(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=4, dropout=0.1)
     straight = train(cfg, tmp_path / "a", device=torch.device("cpu"), progress=False)
     assert train(cfg, tmp_path / "b", device=torch.device("cpu"), progress=False,
                  stop_after=5) == {"interrupted_at_step": 5}
@@ -72,7 +73,7 @@ def test_resuming_after_an_interruption_gives_exactly_the_same_model(tmp_path):
     assert straight["test_set"].startswith("test_2016_flickr (4 of 1000")
     assert "tok:13a" in straight["bleu_signature"] and "case:mixed" in straight["bleu_signature"]
     with pytest.raises(ValueError, match="another configuration"):
-        train(replace(cfg, d_model=64), tmp_path / "b", resume=True, progress=False)
+        train(override(cfg, d_model=64), tmp_path / "b", resume=True, progress=False)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train(cfg, tmp_path / "c", resume=True, progress=False)
 
@@ -154,7 +155,7 @@ def test_every_model_of_the_book_trains_with_the_same_harness():
     b = make_batch(src, tgt)
     for model in MODELS:
         cfg = preset("smoke", model)
-        net = build_model(cfg, 20)
+        net = build_model(override(cfg, vocab_size=20))
         logits = forward_logits(net, b)
         assert logits.shape == (2, b.tgt_in.shape[1], 20)
         loss = translation_loss(logits, b.tgt_out)
@@ -186,7 +187,7 @@ def test_two_processes_with_gloo_equal_one_process_with_the_same_global_batch(tm
     b = load_checkpoint(tmp_path / "one" / "checkpoint.pt")
     assert a["world_size"] == 2 and b["world_size"] == 1 and a["step"] == b["step"] == 4
     assert a["next_batch"] == b["next_batch"] == 8            # 4 steps x 2 batches each
-    init = build_model(preset("smoke"), a["vocab_size"]).state_dict()
+    init = build_model(preset("smoke")).state_dict()
     for k in a["model"]:
         torch.testing.assert_close(a["model"][k], b["model"][k], atol=1e-5, rtol=1e-4)
     moved = max((a["model"][k] - init[k]).abs().max().item() for k in init)
@@ -203,7 +204,7 @@ def test_a_crash_between_log_line_and_checkpoint_logs_each_step_once(tmp_path, m
     step (a line cut by the crash goes too): one line per evaluation, equal to a run without the
     crash but for the clock, and bit-identical weights."""
     import attnbook.train as train_module
-    cfg = replace(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=2, dropout=0.1)
+    cfg = override(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=2, dropout=0.1)
     train(cfg, tmp_path / "a", device=torch.device("cpu"), progress=False)
     save = train_module.save_checkpoint
 
@@ -243,7 +244,7 @@ def test_resuming_with_other_options_names_each_difference(tmp_path):
     train(cfg, tmp_path, device=torch.device("cpu"), progress=False, evaluate=False)
     with pytest.raises(ValueError, match=r"another configuration \(d_model: checkpoint 32, asked "
                                          r"64; dropout: checkpoint 0.0, asked 0.1\)"):
-        train(replace(cfg, d_model=64, dropout=0.1, max_steps=4), tmp_path, resume=True,
+        train(override(cfg, d_model=64, dropout=0.1, max_steps=4), tmp_path, resume=True,
               progress=False)
     with pytest.raises(FileNotFoundError, match="no checkpoint at .*; train first, or drop --resume"):
         train(cfg, tmp_path / "none", resume=True, progress=False)

@@ -152,15 +152,14 @@ def test_torch_transformer_wrapper_computes_the_book_model(norm_first):
 
 
 def test_the_learned_table_starts_at_the_configured_scale():
-    from attnbook.recipe import build_model, preset
-    from dataclasses import replace
+    from attnbook.recipe import build_model, override, preset
     torch.manual_seed(0)
     small = Transformer(TransformerConfig(**{**CFG, "positional": "learned"}))
     large = Transformer(TransformerConfig(**{**CFG, "positional": "learned", "learned_std": 0.7}))
     assert abs(small.pos.embedding.weight.std().item() - 0.02) < 0.005
     assert abs(large.pos.embedding.weight.std().item() - 0.7) < 0.1
-    cfg = replace(preset("smoke"), positional="learned", learned_std=0.5)     # the recipe passes it on
-    assert abs(build_model(cfg, 100).pos.embedding.weight.std().item() - 0.5) < 0.1
+    cfg = override(preset("smoke"), positional="learned", learned_std=0.5)   # the recipe passes it on
+    assert abs(build_model(cfg).pos.embedding.weight.std().item() - 0.5) < 0.1
 
 
 def test_config_d_k_reaches_every_attention_layer():

@@ -6,20 +6,20 @@ a mistake of the user's (a bad option, a missing or damaged file). :class:`Parse
 argparse's own errors, :func:`fail` for the rest.
 
 The recipe options override the preset's values (``--d-model 256 --layers 3``); ``--set
-KEY=VALUE`` reaches every field of :class:`~attnbook.recipe.TrainConfig`. The final configuration
-is checked (:func:`check_config`) before anything runs.
+KEY=VALUE`` reaches every field of :class:`~attnbook.recipe.TrainConfig` and of its model's
+``arch`` (``--set eval_every=50``, ``--set d_k=16`` or ``--set arch.d_k=16``), all through
+:func:`attnbook.recipe.override`. The final configuration is checked
+(:func:`attnbook.recipe.check_config`) before anything runs.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-import typing
-from dataclasses import replace
 
 import torch
 
-from .recipe import ALL_MODELS, PRESETS, TrainConfig, preset
+from .recipe import (ALL_MODELS, FIELDS, PRESETS, ConfigError, TrainConfig, check_config,
+                     field_name, override, preset)
 from .utils import PRECISIONS, get_device
 
 
@@ -81,7 +81,7 @@ def apply_common(args: argparse.Namespace) -> torch.device:
 
 # --- The recipe options of python -m attnbook.train ------------------------------------------
 
-# TrainConfig field: (flag, argparse keywords). Every other field is reached by --set.
+# field (recipe.FIELDS): (flag, argparse keywords). Every other field is reached by --set.
 OPTIONS = {
     "model": ("--model", dict(choices=ALL_MODELS, help="the model (default: a Transformer); the "
                                                        "GRU models use the preset's GRU peak rate")),
@@ -108,13 +108,6 @@ OPTIONS = {
     "compile": ("--compile", dict(action=argparse.BooleanOptionalAction,
                                   help="torch.compile the model (gpu-base does)")),
 }
-TYPES = typing.get_type_hints(TrainConfig)          # field: int, float, bool, str or tuple
-POSITIVE = ("d_model", "h", "d_ff", "n_layers", "vocab_size", "max_tokens", "max_steps",
-            "warmup", "eval_every", "beam_size", "accum_steps")
-NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha", "learned_std",
-                "d_k")
-
-
 def flag(field: str) -> str:
     """The option that sets ``field``: '--d-model', or '--set eval_every'."""
     return OPTIONS[field][0] if field in OPTIONS else f"--set {field}"
@@ -127,18 +120,21 @@ def add_recipe(p: argparse.ArgumentParser) -> None:
         metavar = {int: "N", float: "X"}.get(kw.get("type"))
         g.add_argument(name, dest=field, default=argparse.SUPPRESS, metavar=metavar, **kw)
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any configuration field (repeatable), e.g. --set eval_every=50; keys: "
-                        + ", ".join(TYPES))
+                   help="any configuration field (repeatable), e.g. --set eval_every=50 or "
+                        "--set arch.d_k=16; keys: " + ", ".join(FIELDS))
 
 
 def parse_set(item: str) -> tuple[str, object]:
-    """``'eval_every=50'`` -> ``('eval_every', 50)``, the value of the field's type."""
+    """``'eval_every=50'`` -> ``('eval_every', 50)``, the value of the field's type; a model field
+    may be written ``arch.d_model`` (-> ``'d_model'``)."""
     key, sep, text = item.partition("=")
-    key = key.strip().replace("-", "_")
-    if not sep or key not in TYPES:
-        problem = f"unknown key {key!r}" if sep else "expected KEY=VALUE"
-        raise UsageError(f"--set {item}: {problem}; valid keys: {', '.join(TYPES)}")
-    kind, text = TYPES[key], text.strip()
+    if not sep:
+        raise UsageError(f"--set {item}: expected KEY=VALUE; valid keys: {', '.join(FIELDS)}")
+    try:
+        key = field_name(key.strip().replace("-", "_"))
+    except ConfigError as e:
+        raise UsageError(f"--set {item}: {e}") from None
+    kind, text = FIELDS[key], text.strip()
     try:
         if kind is bool:
             return key, {"true": True, "1": True, "yes": True,
@@ -162,40 +158,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             raise UsageError(f"{flag(key)} is given twice (--set {item}); give it once")
         given[key] = value
     try:
-        cfg = preset(args.preset, given.pop("model", "transformer"))  # the model's peak rate
-    except ValueError as e:
+        cfg = override(preset(args.preset, given.pop("model", "transformer")), **given)
+        check_config(cfg, name=flag)
+    except ConfigError as e:
         raise UsageError(str(e)) from None
-    cfg = replace(cfg, **given)
-    check_config(cfg)
     return cfg
-
-
-def check_config(cfg: TrainConfig) -> None:
-    """Raise UsageError, naming the option, for a value no run can train with."""
-    for f in POSITIVE:
-        if getattr(cfg, f) < 1:
-            raise UsageError(f"{flag(f)} must be at least 1, got {getattr(cfg, f)}")
-    for f in NON_NEGATIVE:
-        if not getattr(cfg, f) >= 0:
-            raise UsageError(f"{flag(f)} must be 0 or more, got {getattr(cfg, f)}")
-    for f in ("dropout", "label_smoothing"):
-        if not 0 <= getattr(cfg, f) < 1:
-            raise UsageError(f"{flag(f)} must be in [0, 1), got {getattr(cfg, f)}")
-    if not 0 < cfg.peak_lr < math.inf:
-        raise UsageError(f"--peak-lr must be positive, got {cfg.peak_lr}")
-    if cfg.model not in ALL_MODELS:
-        raise UsageError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
-    if cfg.precision not in PRECISIONS:
-        raise UsageError(f"--precision {cfg.precision!r}: choose one of {', '.join(PRECISIONS)}")
-    if any(s < 1 for s in cfg.snapshot_steps):
-        raise UsageError(f"--set snapshot_steps: steps must be at least 1, got {cfg.snapshot_steps}")
-    if cfg.model in ("transformer", "decoder-only"):
-        if cfg.d_model % cfg.h:
-            raise UsageError(f"--d-model {cfg.d_model} is not divisible by --heads {cfg.h}; "
-                             "choose a width that is a multiple of the number of heads "
-                             "(each head gets d_model / heads dimensions)")
-        if cfg.d_model % 2:
-            raise UsageError(f"--d-model must be even (sinusoidal positions come in sin/cos "
-                             f"pairs), got {cfg.d_model}")
-    if cfg.positional not in ("sinusoidal", "learned", "none"):
-        raise UsageError(f"--positional {cfg.positional!r}: choose sinusoidal, learned or none")

@@ -49,7 +49,7 @@ from .bleu import bleu, bleu_by_length
 from .cli import Parser, add_common
 from .data import load_multi30k
 from .decoding import translate
-from .recipe import MODELS, forward_logits, preset, same_run
+from .recipe import MODELS, forward_logits, override, preset, same_run
 from .runs import average_checkpoints, load_checkpoint, load_run, save_checkpoint, snapshot_files
 from .train import train, validation_loss
 from .utils import get_device, versions
@@ -266,7 +266,7 @@ def score_all(fn, folders: list, n_procs: int, threads: int, data_dir=None,
 # ---------------------------------------------------------------------------------------------
 # cpu-base: long runs, their snapshots, and checkpoint averaging, all chosen on the validation set
 
-BASE_CANDIDATES = {  # name: overrides of the cpu-base preset; each is trained and compared
+BASE_CANDIDATES = {  # name: overrides of the cpu-base preset (recipe.override); each is trained
     "medium": {},                                                     # the preset itself
     "tiny-long": dict(d_model=128, h=4, d_ff=256, n_layers=2, vocab_size=4000, max_tokens=2048,
                       warmup=200, peak_lr=6e-3, max_steps=7000, eval_every=500,
@@ -277,7 +277,7 @@ AVERAGE_SPAN = 0.15   # of those in the last 15% of the steps (Vaswani et al.: t
 
 
 def base_jobs(out: Path) -> list:
-    return [(replace(preset("cpu-base"), **overrides), out / name)
+    return [(override(preset("cpu-base"), **overrides), out / name)
             for name, overrides in BASE_CANDIDATES.items()]
 
 

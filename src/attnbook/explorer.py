@@ -190,7 +190,8 @@ def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
     bleu, bleu_of = run_bleu(model, tok, cfg, pairs, metrics, average, measure_bleu)
     meta = {
         "run": run_name(run),
-        "config": {k: getattr(cfg, k) for k in (GRU_CONFIG_KEYS if gru else CONFIG_KEYS)},
+        "config": {k: getattr(cfg.arch if hasattr(cfg.arch, k) else cfg, k)
+                   for k in (GRU_CONFIG_KEYS if gru else CONFIG_KEYS)},
         "steps": metrics.get("steps"),
         "val_loss": None if "val_loss" not in metrics or average > 1
                     else round(metrics["val_loss"], 4),
@@ -215,7 +216,7 @@ def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
     else:
         kinds = {k: {"name": name, "module": pattern.format("L"), "rows": rows, "columns": cols}
                  for k, (name, pattern, rows, cols) in KINDS.items()}
-        layers, heads = cfg.n_layers, cfg.h
+        layers, heads = cfg.arch.n_layers, cfg.arch.h
     return {"meta": meta, "kinds": kinds, "layers": layers, "heads": heads,
             "sentences": build(model, tok, cfg, pairs, picks)}
 

@@ -231,7 +231,8 @@ def ablation_study(run: Path, average: int = 1, every: int = EVERY, data_dir=Non
         "run": run.as_posix(),
         "weights_of": "the last checkpoint" if average == 1 else
                       f"the mean of the last {average} snapshots (checkpoint averaging)",
-        "layers": cfg.n_layers, "heads_per_layer": cfg.h, "d_k": cfg.d_model // cfg.h,
+        "layers": cfg.arch.n_layers, "heads_per_layer": cfg.arch.h,
+        "d_k": cfg.arch.d_model // cfg.arch.h,
         "kinds": {k: {"name": name, "module": pattern.format("L")}
                   for k, (name, pattern) in KINDS.items()},
         "ablation": "the head's output set to zero before W_o (a forward pre-hook on W_o); "

@@ -9,32 +9,41 @@ root decay); label smoothing; dropout; and, from later practice, gradient clippi
 The package states the peak learning rate explicitly (``peak_lr``, reached at step ``warmup``):
 the paper's factor ties it to d_model and warm-up, so that changing either silently changes the
 peak, and a small model needs its own (chapter 9's sweep).
+
+A :class:`TrainConfig` holds the model's architecture, ``arch`` (chapter 8's
+:class:`~attnbook.transformer.TransformerConfig`), and the recipe's options beside it.
+:func:`override` changes any of them by name (``override(cfg, d_model=256, max_steps=300)``;
+a model field may also be written ``arch.d_model``), and :func:`check_config` refuses values no
+run can train with. A run saves its config as a nested dict (``asdict(cfg)``: config.json,
+metrics.json, checkpoints); :func:`upgrade_config` reads those of older runs, saved flat.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+import typing
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from .lm import DecoderOnlyTranslator
 from .rnn import Seq2Seq
 from .transformer import Transformer, TransformerConfig
+from .utils import PRECISIONS
+
+
+class ConfigError(ValueError):
+    """A configuration no run can use; the message names the field and the fix."""
 
 
 @dataclass
 class TrainConfig:
     preset: str = "custom"
     model: str = "transformer"
-    d_model: int = 512
-    h: int = 8
-    d_ff: int = 2048
-    n_layers: int = 6
-    dropout: float = 0.1
-    norm_first: bool = False
-    positional: str = "sinusoidal"  # sinusoidal | learned | none (chapter 7; the ablations)
-    learned_std: float = 0.02       # starting std of a learned positional table
-    d_k: int = 0                  # query/key width per head; 0: d_model / h (the ablations)
-    vocab_size: int = 8000
+    # the model's architecture. arch.vocab_size is the run's BPE vocabulary, trained with exactly
+    # that many pieces, and so the model's embedding size; arch.max_len is the longest sequence
+    # its positional encoding covers (the presets: 512). The GRU models read arch.vocab_size and
+    # arch.d_model (embedding and state size) only.
+    arch: TransformerConfig = field(default_factory=TransformerConfig)
     max_tokens: int = 8192        # tokens per batch (source or target side, padded)
     max_steps: int = 20000
     warmup: int = 4000
@@ -53,17 +62,12 @@ class TrainConfig:
     compile: bool = False         # torch.compile(dynamic=True) on any device; not the GRUs
     src_lang: str = "de"
     tgt_lang: str = "en"
+
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         """The config saved in a checkpoint or metrics.json (see :func:`upgrade_config`)."""
-        return cls(**upgrade_config(d))
-
-    def transformer_config(self, vocab_size: int) -> TransformerConfig:
-        return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, h=self.h,
-                                 d_ff=self.d_ff, n_layers=self.n_layers, dropout=self.dropout,
-                                 max_len=512, norm_first=self.norm_first,
-                                 positional=self.positional, learned_std=self.learned_std,
-                                 d_k=self.d_k)
+        d = upgrade_config(d)
+        return cls(**{**d, "arch": TransformerConfig(**d["arch"])})
 
 
 # Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
@@ -80,27 +84,32 @@ PRESETS = {
     # a few minutes on a laptop CPU: a small model that learns real (if rough) translations.
     # No dropout: in 600 steps (2.4 epochs) this small model does not over-fit yet (its
     # validation loss still falls steeply, chapter 9), and dropout would only slow it down.
-    "cpu-tiny": TrainConfig(preset="cpu-tiny", d_model=128, h=4, d_ff=256, n_layers=2,
-                            dropout=0.0, vocab_size=4000, max_tokens=2048, max_steps=1200,
-                            warmup=200, eval_every=100, beam_size=4, precision="auto",
-                            compile=False),
+    "cpu-tiny": TrainConfig(preset="cpu-tiny",
+                            arch=TransformerConfig(vocab_size=4000, d_model=128, h=4, d_ff=256,
+                                                   n_layers=2, dropout=0.0, max_len=512),
+                            max_tokens=2048, max_steps=1200, warmup=200, eval_every=100,
+                            beam_size=4, precision="auto", compile=False),
     # an evening on a laptop: at most 30 minutes of training on 2 CPU cores (chapter 9; size,
     # batch, schedule, dropout and checkpoint averaging chosen on the validation set by
     # `python -m attnbook.experiments base`, results/cpu/cpu_base.json)
-    "cpu-base": TrainConfig(preset="cpu-base", d_model=192, h=4, d_ff=768, n_layers=3,
-                            dropout=0.1, vocab_size=6000, max_tokens=4096, max_steps=1400,
-                            warmup=300, eval_every=200, beam_size=4, precision="auto",
+    "cpu-base": TrainConfig(preset="cpu-base",
+                            arch=TransformerConfig(vocab_size=6000, d_model=192, h=4, d_ff=768,
+                                                   n_layers=3, dropout=0.1, max_len=512),
+                            max_tokens=4096, max_steps=1400, warmup=300, eval_every=200,
+                            beam_size=4, precision="auto",
                             snapshot_steps=(600, 1000, 1200, 1250, 1300, 1350), compile=False),
     # the test suite's smoke run: seconds
-    "smoke": TrainConfig(preset="smoke", d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
-                         vocab_size=1000,
+    "smoke": TrainConfig(preset="smoke",
+                         arch=TransformerConfig(vocab_size=1000, d_model=32, h=2, d_ff=64,
+                                                n_layers=1, dropout=0.0, max_len=512),
                          max_tokens=1024, max_steps=20, warmup=10, eval_every=10, beam_size=2,
                          eval_sentences=16, precision="fp32", compile=False),
     # the full run on one GPU: the paper's base model, sized for Multi30k, five minutes of training
-    "gpu-base": TrainConfig(preset="gpu-base", d_model=512, h=8, d_ff=2048, n_layers=6,
-                            dropout=0.1, vocab_size=8000, max_tokens=16384, max_steps=20000,
-                            warmup=2000, eval_every=1000, beam_size=4,
-                            precision="auto", compile=True, time_budget_s=300),
+    "gpu-base": TrainConfig(preset="gpu-base",
+                            arch=TransformerConfig(vocab_size=8000, d_model=512, h=8, d_ff=2048,
+                                                   n_layers=6, dropout=0.1, max_len=512),
+                            max_tokens=16384, max_steps=20000, warmup=2000, eval_every=1000,
+                            beam_size=4, precision="auto", compile=True, time_budget_s=300),
 }
 
 
@@ -123,24 +132,65 @@ PEAK_LR = {
 def preset(name: str, model: str = "transformer") -> TrainConfig:
     """The configuration of preset ``name`` for ``model`` (one of ALL_MODELS)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     if model not in ALL_MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
-    return replace(PRESETS[name], model=model, peak_lr=PEAK_LR[name][model])
+        raise ConfigError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
+    cfg = PRESETS[name]   # its own copy of arch: changing it in place leaves the preset alone
+    return replace(cfg, model=model, peak_lr=PEAK_LR[name][model], arch=replace(cfg.arch))
 
 
-def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
-    """The model named by ``cfg.model``; the GRU models use d_model as embedding and state size."""
+def flatten(d: dict) -> dict:
+    """A config as a dict (``asdict(cfg)``, or saved) with the model's fields in place of
+    ``arch``: {"preset": ..., "model": ..., "vocab_size": ..., "d_model": ..., ..., "max_tokens":
+    ...}. The names are those :func:`override` and ``--set`` take."""
+    out = {}
+    for key, value in d.items():
+        out.update(value if key == "arch" else {key: value})
+    return out
+
+
+# Every field by name, the recipe's and the model's, and its type: {"preset": str, ...,
+# "vocab_size": int, "d_model": int, ...}. The two dataclasses share no field name.
+FIELDS = flatten({**typing.get_type_hints(TrainConfig),
+                  "arch": typing.get_type_hints(TransformerConfig)})
+ARCH_FIELDS = tuple(typing.get_type_hints(TransformerConfig))
+
+
+def field_name(key: str) -> str:
+    """The field a key names: "max_steps", "d_model" or "arch.d_model" (-> "d_model");
+    ConfigError, listing the valid keys, for any other."""
+    name = key.removeprefix("arch.")
+    if name not in FIELDS or (name != key and name not in ARCH_FIELDS):
+        raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(FIELDS)} (a model "
+                          "field may also be written arch.NAME, e.g. arch.d_model)")
+    return name
+
+
+def override(cfg: TrainConfig, **changes) -> TrainConfig:
+    """``cfg`` with fields changed by name, the recipe's or the model's:
+    ``override(cfg, max_steps=300, d_model=256)``, or ``override(cfg, **{"arch.d_model": 256})``.
+    The command line's ``--set KEY=VALUE``, the ablations' and experiments' variants use it."""
+    own, arch = {}, {}
+    for key, value in changes.items():
+        name = field_name(key)
+        if name in own or name in arch:
+            raise ConfigError(f"{name} is given twice ({', '.join(changes)}); give it once")
+        (arch if name in ARCH_FIELDS else own)[name] = value
+    return replace(cfg, **own, arch=replace(cfg.arch, **arch))
+
+
+def build_model(cfg: TrainConfig) -> torch.nn.Module:
+    """The model named by ``cfg.model``, of architecture ``cfg.arch``."""
+    a = cfg.arch
     if cfg.model == "transformer":
-        return Transformer(cfg.transformer_config(vocab_size))
+        return Transformer(a)
     if cfg.model == "decoder-only":  # as many blocks as the encoder and decoder together
-        return DecoderOnlyTranslator(replace(cfg.transformer_config(vocab_size),
-                                             n_layers=2 * cfg.n_layers))
+        return DecoderOnlyTranslator(replace(a, n_layers=2 * a.n_layers))
     if cfg.model == "gru":
-        return Seq2Seq(vocab_size, cfg.d_model, attention=False)
+        return Seq2Seq(a.vocab_size, a.d_model, attention=False)
     if cfg.model in ("gru-additive", "gru-dot"):
-        return Seq2Seq(vocab_size, cfg.d_model, attention=True, score=cfg.model[4:])
-    raise ValueError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
+        return Seq2Seq(a.vocab_size, a.d_model, attention=True, score=cfg.model[4:])
+    raise ConfigError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
 
 
 def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
@@ -149,25 +199,83 @@ def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
     return model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
 
 
+POSITIVE = ("vocab_size", "d_model", "h", "d_ff", "n_layers", "max_len", "max_tokens",
+            "max_steps", "warmup", "eval_every", "beam_size", "accum_steps")
+NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha", "learned_std",
+                "d_k")
+
+
+def check_config(cfg: TrainConfig, name=lambda field: field) -> None:
+    """Raise ConfigError for a value no run can train with. The message calls each field
+    ``name(field)``: the command line passes its option ('--d-model', '--set eval_every')."""
+    c = flatten(asdict(cfg))
+    for f in POSITIVE:
+        if not c[f] >= 1:
+            raise ConfigError(f"{name(f)} must be at least 1, got {c[f]}")
+    for f in NON_NEGATIVE:
+        if not c[f] >= 0:
+            raise ConfigError(f"{name(f)} must be 0 or more, got {c[f]}")
+    for f in ("dropout", "label_smoothing"):
+        if not 0 <= c[f] < 1:
+            raise ConfigError(f"{name(f)} must be in [0, 1), got {c[f]}")
+    if not 0 < cfg.peak_lr < math.inf:
+        raise ConfigError(f"{name('peak_lr')} must be positive, got {cfg.peak_lr}")
+    if cfg.model not in ALL_MODELS:
+        raise ConfigError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError(f"{name('precision')} {cfg.precision!r}: choose one of "
+                          f"{', '.join(PRECISIONS)}")
+    if any(s < 1 for s in cfg.snapshot_steps):
+        raise ConfigError(f"{name('snapshot_steps')}: steps must be at least 1, got "
+                          f"{cfg.snapshot_steps}")
+    a = cfg.arch
+    if cfg.model in ("transformer", "decoder-only"):
+        if a.d_model % a.h:
+            raise ConfigError(f"{name('d_model')} {a.d_model} is not divisible by {name('h')} "
+                              f"{a.h}; choose a width that is a multiple of the number of heads "
+                              "(each head gets d_model / heads dimensions)")
+        if a.d_model % 2:
+            raise ConfigError(f"{name('d_model')} must be even (sinusoidal positions come in "
+                              f"sin/cos pairs), got {a.d_model}")
+    if a.positional not in ("sinusoidal", "learned", "none"):
+        raise ConfigError(f"{name('positional')} {a.positional!r}: choose sinusoidal, learned "
+                          "or none")
+
+
 # Options that may differ when a run is resumed: how long it trains and what it records.
 # Everything else (model, data, recipe, seed) must match the checkpoint's.
 EXTENDABLE = ("max_steps", "time_budget_s", "eval_every", "snapshot_steps", "eval_sentences",
               "beam_size", "length_alpha")
+# The model of a config saved flat (before TrainConfig held ``arch``) had these, where it did
+# not name them: a 512-position table, tied embeddings and, before the ablations, sinusoidal
+# positions and d_k = d_model / h.
+FLAT_DEFAULTS = dict(max_len=512, tie_embeddings=True, positional="sinusoidal", learned_std=0.02,
+                     d_k=0)
 
 
 def upgrade_config(d: dict) -> dict:
-    """A saved config in today's fields: older runs saved ``bf16`` (autocast on CUDA only), which
-    ``precision`` replaced: True is "auto", False is "fp32"; JSON turned tuples into lists."""
+    """A saved config (config.json, metrics.json, a checkpoint's) in today's nested form.
+
+    Runs saved before TrainConfig held ``arch`` saved it flat, the model's fields beside the
+    recipe's: they go into ``arch``, with FLAT_DEFAULTS for those not saved. Older runs saved
+    ``bf16`` (autocast on CUDA only), which ``precision`` replaced: True is "auto", False is
+    "fp32". JSON turned tuples into lists."""
     d = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
     if "bf16" in d:
         d.setdefault("precision", "auto" if d.pop("bf16") else "fp32")
-    d.setdefault("positional", "sinusoidal")   # runs saved before the ablations had no choice
-    d.setdefault("learned_std", 0.02)
-    d.setdefault("d_k", 0)
+    if "arch" not in d:
+        d["arch"] = {**FLAT_DEFAULTS, **{k: d.pop(k) for k in ARCH_FIELDS if k in d}}
     return d
+
+
+def differences(a: dict, b: dict) -> dict:
+    """{field: (a's value, b's value)} for each field, by its :func:`flatten` name, in which the
+    saved (or ``asdict``) configs ``a`` and ``b`` differ, apart from the EXTENDABLE options."""
+    a, b = flatten(upgrade_config(a)), flatten(upgrade_config(b))
+    return {k: (a.get(k), b.get(k)) for k in {**a, **b}
+            if k not in EXTENDABLE and a.get(k, ...) != b.get(k, ...)}
 
 
 def same_run(a: dict, b: dict) -> bool:
     """Whether configs a and b describe the same training run (up to EXTENDABLE options)."""
-    strip = lambda c: {k: v for k, v in upgrade_config(c).items() if k not in EXTENDABLE}  # noqa: E731
-    return strip(a) == strip(b)
+    return not differences(a, b)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .recipe import EXTENDABLE, TrainConfig, build_model, same_run, upgrade_config
+from .recipe import TrainConfig, build_model, differences
 from .tokenizer import Tokenizer, TokenizerError
 from .utils import get_device
 
@@ -71,12 +71,11 @@ def check_resumable(ckpt: dict, cfg: dict, world: int, path: Path) -> None:
     """Raise RunError, naming each option that differs, unless checkpoint ``ckpt`` (read from
     ``path``) was trained with configuration ``cfg`` (up to recipe.EXTENDABLE) by ``world``
     processes: resuming with other options would silently train another run."""
-    saved, asked = upgrade_config(ckpt["config"]), upgrade_config(cfg)
-    diff = [f"{k}: checkpoint {saved.get(k)}, asked {asked.get(k)}" for k in {**saved, **asked}
-            if k not in EXTENDABLE and saved.get(k, ...) != asked.get(k, ...)]
+    diff = [f"{k}: checkpoint {saved}, asked {asked}"
+            for k, (saved, asked) in differences(ckpt["config"], cfg).items()]
     if ckpt.get("world_size", 1) != world:
         diff.append(f"processes: checkpoint {ckpt.get('world_size', 1)}, asked {world}")
-    if diff or not same_run(ckpt["config"], cfg):
+    if diff:
         raise RunError(f"{path} was trained with another configuration ({'; '.join(diff)}); "
                        "resume with the options it was trained with (preset, flags and "
                        "--nproc_per_node), or train into a new --out folder")
@@ -127,7 +126,7 @@ def load_run(run: Path, device=None, average: int = 1):
         raise MissingRunFile(f"{run} is not a run folder; {train_one}")
     path = run / "checkpoint.pt"
     ckpt = load_checkpoint(path, device, missing=f"give the folder of a trained run, or {train_one}")
-    if "config" not in ckpt or "vocab_size" not in ckpt:
+    if "config" not in ckpt:
         raise RunError(f"{path} holds weights only (a snapshot?), not a run's checkpoint: "
                        "give a run folder whose checkpoint.pt was written by attnbook.train")
     tok_path = run / "tokenizer.model"
@@ -139,11 +138,11 @@ def load_run(run: Path, device=None, average: int = 1):
     except TokenizerError:
         raise RunError(f"{tok_path} is not a tokenizer of attnbook (damaged, or another "
                        f"sentencepiece model); {copy}") from None
-    if tok.vocab_size != ckpt["vocab_size"]:
-        raise RunError(f"{tok_path} has {tok.vocab_size} pieces but the model of {path} was "
-                       f"trained with {ckpt['vocab_size']}: it is another run's tokenizer; {copy}")
     cfg = TrainConfig.from_dict(ckpt["config"])
-    model = build_model(cfg, ckpt["vocab_size"]).to(device)
+    if tok.vocab_size != cfg.arch.vocab_size:
+        raise RunError(f"{tok_path} has {tok.vocab_size} pieces but the model of {path} was "
+                       f"trained with {cfg.arch.vocab_size}: it is another run's tokenizer; {copy}")
+    model = build_model(cfg).to(device)
     model.load_state_dict(ckpt["model"])
     if average > 1:
         files = snapshot_files(run, ckpt["step"])

@@ -172,8 +172,8 @@ def measure_run(run: Path, average: int = 5, n_sentences: int = 256, seed: int =
     model, tok, cfg = load_run(run, torch.device("cpu"), average=average)
     batches = validation_batches(tok, n_sentences)
     torch.manual_seed(seed)
-    fresh = build_model(cfg, tok.vocab_size)
-    return {"config": cfg.transformer_config(tok.vocab_size).to_dict(),
+    fresh = build_model(cfg)
+    return {"config": cfg.arch.to_dict(),
             "sentences": f"the first {n_sentences} pairs of Multi30k's validation split",
             "trained": score_statistics(model, batches),
             "initialised": score_statistics(fresh, batches)}

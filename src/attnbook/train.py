@@ -53,8 +53,9 @@ class Data:
 
 
 def prepare_data(cfg: TrainConfig, data_dir=None) -> Data:
-    """Tokenizer and batches. Every sentence is kept: nothing is filtered or truncated."""
-    tok = multi30k_tokenizer(cfg.vocab_size, (cfg.src_lang, cfg.tgt_lang), data_dir)
+    """Tokenizer and batches. Every sentence is kept: nothing is filtered or truncated. The
+    tokenizer has exactly ``cfg.arch.vocab_size`` pieces, the model's vocabulary."""
+    tok = multi30k_tokenizer(cfg.arch.vocab_size, (cfg.src_lang, cfg.tgt_lang), data_dir)
 
     def encode(split):
         pairs = load_multi30k(split, cfg.src_lang, cfg.tgt_lang, data_dir)
@@ -156,7 +157,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     data = prepare_data(cfg, data_dir)
     if main_rank:
         shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
-    model = build_model(cfg, data.tokenizer.vocab_size).to(device)
+    model = build_model(cfg).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: warmup_lr(i + 1, cfg.peak_lr, cfg.warmup))
@@ -200,8 +201,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
                         next_batch=next_batch, tokens_seen=tokens_seen, elapsed=elapsed,
                         rng_cpu=torch.get_rng_state(),
                         rng_cuda=torch.cuda.get_rng_state() if device.type == "cuda" else None,
-                        config=asdict(cfg), vocab_size=data.tokenizer.vocab_size,
-                        world_size=world)
+                        config=asdict(cfg), world_size=world)
 
     def next_groups(n: int) -> list:
         """The next n batches (lists of example indices) of the stream, across epochs."""

@@ -101,14 +101,16 @@ def plot_accuracy_by_length(results, ax=None, title="Accuracy against input leng
 
 
 def plot_accuracy_spread(results, ax=None, title="Accuracy against input length, several seeds",
-                         metrics=("exact",)):
+                         metrics=("exact",), legend_loc="best"):
     """Accuracy against input length for several seeds of each model: a band from the lowest to
     the highest seed at each length, and each seed's own curve as a thin line.
 
     results: a dict {model label: list of accuracy dicts, one per seed}, each with the keys of
     ``attnbook.toy.accuracy_by_length`` ("length", "exact", "token"), as the runs of
     ``python -m attnbook.toy_seeds`` have them. metrics: "exact" (solid) and/or "token" (dashed).
-    Each model keeps one colour (in the order of ``plot_accuracy_by_length``). Returns the Axes.
+    Each model keeps one colour (in the order of ``plot_accuracy_by_length``). ``legend_loc``:
+    where the legend goes, matplotlib's ``loc`` ("lower left", or (x, y) of its lower left corner
+    in axes coordinates). Returns the Axes.
     """
     names = {"exact": "exact match", "token": "per-token"}
     styles = {"exact": dict(linestyle="-", marker="o", markersize=3),
@@ -137,7 +139,7 @@ def plot_accuracy_spread(results, ax=None, title="Accuracy against input length,
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc=legend_loc)
     return ax
 
 

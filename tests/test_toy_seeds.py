@@ -154,3 +154,21 @@ def test_help_and_one_line_errors(capsys, tmp_path, monkeypatch):
         assert e.value.code == 2, argv
         assert err.startswith("error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_committed_result_is_complete_and_names_no_local_paths():
+    path = ROOT / "results" / "cpu" / "toy_seeds.json"
+    text = path.read_text()
+    result = json.loads(text)
+    assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text
+    assert result["command"].startswith("python -m attnbook.toy_seeds --results results/cpu")
+    assert result["scale"] == "full" and result["seeds"] == [0, 1, 2] and result["threads"] == 1
+    assert result["wall_time_s"] > 0 and result["environment"]["cpu_threads"] == 1
+    assert {k: v for k, v in result["settings"].items() if k in PART1} == PART1
+    assert [(r["name"], r["seed"]) for r in result["runs"]] == \
+        [(name, seed) for name in toy_seeds.RUNS for seed in (0, 1, 2)]
+    for r in result["runs"]:
+        spec = toy_seeds.RUNS[r["name"]]
+        assert r["steps"] == spec["steps"] and r["length"] == LENGTHS
+        assert len(r["loss_blocks"]) == spec["steps"] // toy_seeds.BLOCK
+    assert set(result["predict_cost"]["ms_per_step"]) == set(toy_seeds.COST)

@@ -1,6 +1,7 @@
 """Part I's experiments on the reversal task with three seeds: what chapters 1-3 train for seed 0.
 
-    python -m attnbook.toy_seeds --results results/cpu      # RESULTS/toy_seeds.json, one thread
+    python -m attnbook.toy_seeds --results results/cpu      # RESULTS/toy_seeds.json, one thread:
+                                                            # 15 CPU-minutes (34 on a busy 2-core VM)
     python -m attnbook.toy_seeds --results out --tiny       # a few steps each: what the tests run
 
 Every run is trained and scored exactly as the chapters train and score seed 0, with the settings

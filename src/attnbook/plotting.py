@@ -99,6 +99,49 @@ def plot_accuracy_by_length(results, ax=None, title="Accuracy against input leng
     return ax
 
 
+def plot_accuracy_spread(results, ax=None, title="Accuracy against input length, several seeds",
+                         metrics=("exact",), legend_loc="best"):
+    """Accuracy against input length for several seeds of each model: a band from the lowest to
+    the highest seed at each length, and each seed's own curve as a thin line.
+
+    results: a dict {model label: list of accuracy dicts, one per seed}, each with the keys of
+    ``attnbook.toy.accuracy_by_length`` ("length", "exact", "token"), as the runs of
+    ``python -m attnbook.toy_seeds`` have them. metrics: "exact" (solid) and/or "token" (dashed).
+    Each model keeps one colour (in the order of ``plot_accuracy_by_length``). ``legend_loc``:
+    where the legend goes, matplotlib's ``loc`` ("lower left", or (x, y) of its lower left corner
+    in axes coordinates). Returns the Axes.
+    """
+    names = {"exact": "exact match", "token": "per-token"}
+    styles = {"exact": dict(linestyle="-", marker="o", markersize=3),
+              "token": dict(linestyle="--", marker="s", markersize=3)}
+    for m in metrics:
+        if m not in names:
+            raise ValueError(f"unknown metric {m!r}; use 'exact' and/or 'token'")
+    if ax is None:
+        _, ax = plt.subplots()
+    for k, (label, runs) in enumerate(results.items()):
+        if not runs:
+            raise ValueError(f"no runs for {label!r}")
+        colour = OKABE_ITO[k % len(OKABE_ITO)]
+        lengths = runs[0]["length"]
+        for m in metrics:
+            columns = list(zip(*(r[m] for r in runs)))                 # one tuple per length
+            ax.fill_between(lengths, [min(c) for c in columns], [max(c) for c in columns],
+                            color=colour, alpha=0.2, linewidth=0)
+            for i, r in enumerate(runs):
+                ax.plot(lengths, r[m], color=colour, linewidth=1, alpha=0.9, **styles[m],
+                        label=f"{label}: {names[m]}, {len(runs)} seeds" if i == 0 else None)
+    lengths = sorted({L for runs in results.values() for r in runs for L in r["length"]})
+    if len(lengths) <= 12:
+        ax.set_xticks(lengths)
+    ax.set_xlabel("input length (symbols)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(title)
+    ax.legend(loc=legend_loc)
+    return ax
+
+
 MODEL_LABELS = {"gru": "GRU, no attention", "gru-additive": "GRU + additive attention",
                 "gru-dot": "GRU + dot-product attention", "transformer": "Transformer",
                 "decoder-only": "decoder-only Transformer"}

@@ -19,6 +19,7 @@ sequences of each length.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Sequence
 
 import torch
@@ -27,9 +28,22 @@ import torch.nn.functional as F
 from . import BOS_ID, EOS_ID, PAD_ID
 from .batching import Batch, lengths_mask, pad, translation_loss
 from .decoding import greedy_decode
+from .utils import made_on_this_machine
 
 SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
 TASKS = ("reverse", "copy")
+
+# The reversal experiment of Part I: the settings chapters 1-3 train and score their models with,
+# and that ``python -m attnbook.toy_seeds`` repeats for more seeds. One definition, so that the
+# chapters and the command cannot drift apart.
+PART1 = dict(
+    task=dict(n_symbols=20, min_len=2, max_len=20, task="reverse"),  # sources of 2 to 20 symbols
+    train=dict(steps=1200, batch_size=64, lr=3e-3, seed=0),          # chapters 1 and 2
+    score_steps=600,              # chapter 3: three attention scores, half the budget each
+    d_model=64,
+    lengths=list(range(2, 21, 2)),                                   # scored at 2, 4, ..., 20
+    alignment=dict(length=20, n=200, seed=5),   # the test sources of the attention statistics
+)
 
 
 def vocab_size(n_symbols: int) -> int:
@@ -194,3 +208,69 @@ def accuracy_by_length(model: torch.nn.Module, lengths: Sequence[int], n_symbols
             out["token"].append(correct[:, :L].float().mean().item())
     model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def reversal_alignment(model: torch.nn.Module, n_symbols: int, length: int = 20, n: int = 200,
+                       seed: int = 5) -> dict:
+    """How closely a reversal model's attention follows the anti-diagonal (chapters 2 and 3).
+
+    Decodes ``n`` fresh sources of ``length`` symbols greedily (:func:`greedy_tokens`) and
+    averages, over the sources and the ``length`` symbol steps (the EOS step left out):
+
+      "largest":   the largest weight of each step (1 for a hard look-up);
+      "diagonal":  the weight on the symbol being copied, source position S - 1 - t;
+      "neighbour": the weight on its right-hand neighbour, S - t;
+      "band":      the weight within one position of the anti-diagonal.
+
+    The chapters compute the same numbers inline, with the same operations.
+    """
+    L = length
+    test = make_batch(n, L, L, n_symbols, generator=torch.Generator().manual_seed(seed))
+    _, weights = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1,
+                               return_attention=True)                    # (n, T, S)
+    w = weights[:, :L]                      # (n, L, L); fewer rows if every output stopped early
+    offset = torch.arange(L)[None, :] - (L - 1 - torch.arange(L))[:, None]  # (T, S) i - (S-1-t)
+    offset = offset[: w.shape[1]]
+    return {"largest": w.max(-1).values.mean().item(),
+            "diagonal": (w * (offset == 0)).sum(-1).mean().item(),
+            "neighbour": (w * (offset == 1)).sum(-1).mean().item(),
+            "band": (w * (offset.abs() <= 1)).sum(-1).mean().item()}
+
+
+def run_difference(stored: dict, acc: dict, history: Sequence[float],
+                   alignment: dict | None = None) -> float:
+    """The largest absolute difference between a run stored by ``python -m attnbook.toy_seeds``
+    and the same run made here: its accuracies by length (``acc``, as :func:`accuracy_by_length`
+    returns them), its final loss (the mean of the last 50 of ``history``) and, if given, some of
+    its attention statistics (``alignment``: keys of :func:`reversal_alignment`). 0.0 when the two
+    are the same run, bit for bit; infinity when they were scored on different lengths.
+    """
+    if stored["length"] != acc["length"]:
+        return float("inf")
+    pairs = [*zip(stored["exact"], acc["exact"]), *zip(stored["token"], acc["token"]),
+             (stored["final_loss"], sum(history[-50:]) / len(history[-50:]))]
+    pairs += [(stored["alignment"][key], value) for key, value in (alignment or {}).items()]
+    return max(abs(a - b) for a, b in pairs)
+
+
+def check_stored_run(result: dict, name: str, acc: dict, history: Sequence[float],
+                     alignment: dict | None = None) -> float:
+    """Check that seed 0 of run ``name`` in ``result`` (the JSON of ``python -m
+    attnbook.toy_seeds``) is the run a chapter just made; returns :func:`run_difference`.
+
+    On the processor and PyTorch version that made the file
+    (:func:`attnbook.utils.made_on_this_machine`) the runs are deterministic, so any difference
+    means the file is stale: AssertionError, naming the command that remakes it. Elsewhere floating-point details may differ, and training
+    amplifies them: a difference is a warning.
+    """
+    stored = next(r for r in result["runs"] if (r["name"], r["seed"]) == (name, 0))
+    difference = run_difference(stored, acc, history, alignment)
+    if difference and made_on_this_machine(result):
+        raise AssertionError(f"seed 0 of {name!r} differs from this run by {difference:.3g}: the "
+                             f"results file is stale; remake it with `{result['command']}`")
+    if difference:
+        warnings.warn(f"seed 0 of {name!r} differs from this run by {difference:.3g}; the file "
+                      f"was made on another machine ({result['environment']['cpu']}, torch "
+                      f"{result['environment']['torch']}), where floating-point details differ")
+    return difference

@@ -175,6 +175,15 @@ def versions() -> dict:
     return info
 
 
+def made_on_this_machine(result: dict) -> bool:
+    """Whether a committed result (its ``"environment"``, as :func:`versions` records it) was made
+    with this machine's processor and this version of PyTorch: there, a deterministic run on the
+    CPU reproduces it bit for bit. Elsewhere floating-point details (another instruction set,
+    another kernel) may differ, and a long training run with them."""
+    env = result.get("environment", {})
+    return env.get("cpu") == _cpu_name() and env.get("torch") == torch.__version__
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of trainable parameters of ``model``."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

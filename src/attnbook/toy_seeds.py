@@ -1,0 +1,202 @@
+"""Part I's experiments on the reversal task with three seeds: what chapters 1-3 train for seed 0.
+
+    python -m attnbook.toy_seeds --results results/cpu      # RESULTS/toy_seeds.json, one thread:
+                                                            # 15 CPU-minutes (34 on a busy 2-core VM)
+    python -m attnbook.toy_seeds --results out --tiny       # a few steps each: what the tests run
+
+Every run is trained and scored exactly as the chapters train and score seed 0, with the settings
+of :data:`attnbook.toy.PART1`: ``deterministic(seed)``, then the model, then
+``train_toy(model, **task, **train, seed=seed)`` (so seed 0 sees the chapters' batches), then
+``accuracy_by_length`` on the chapters' lengths. The runs (:data:`RUNS`):
+
+* ``no-attention`` and ``additive``: chapters 1 and 2, the GRU encoder-decoder without and with
+  additive attention, 1,200 steps;
+* ``additive-600``, ``dot-600`` and ``general-600``: chapter 3, the three attention scores,
+  600 steps;
+* ``no-attention-4800`` and ``no-attention-d128``: chapter 1's exercise ex-01-budget, four times
+  the steps, or a summary twice as wide (1,200 steps);
+* with ``--timing`` (the default), chapter 3's exercise ex-03-predict-cost: milliseconds per
+  training step of four attention models (:func:`step_times`).
+
+Each run records its exact match and per-token accuracy by length, the final training loss (the
+mean of the last 50 steps, as chapter 3 prints it), the loss in blocks of 50 steps, its training
+time; for the models without attention the accuracy of each output position on 20-symbol sources
+(chapter 1's measurement), and for the attention models the statistics of their weights on
+chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`). The JSON also names the
+settings, the date, the hardware, the versions, the threads (1) and the wall time; chapters 1-3
+load it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import PAD_ID
+from .cli import Parser, fail
+from .rnn import Seq2Seq
+from .toy import (PART1, accuracy_by_length, greedy_tokens, make_batch, reversal_alignment,
+                  train_toy, vocab_size)
+from .utils import count_parameters, deterministic, versions
+
+SEEDS = (0, 1, 2)
+STEPS, SCORE_STEPS, D_MODEL = PART1["train"]["steps"], PART1["score_steps"], PART1["d_model"]
+# name: the model (Seq2Seq's arguments), its training steps, and where the book shows it
+RUNS = {
+    "no-attention": dict(model=dict(attention=False), steps=STEPS, shown="chapters 1, 2, 3"),
+    "additive": dict(model=dict(attention=True, score="additive"), steps=STEPS, shown="chapter 2"),
+    "additive-600": dict(model=dict(attention=True, score="additive"), steps=SCORE_STEPS,
+                         shown="chapter 3"),
+    "dot-600": dict(model=dict(attention=True, score="dot"), steps=SCORE_STEPS, shown="chapter 3"),
+    "general-600": dict(model=dict(attention=True, score="general"), steps=SCORE_STEPS,
+                        shown="chapter 3"),
+    "no-attention-4800": dict(model=dict(attention=False), steps=4 * STEPS,
+                              shown="chapter 1, ex-01-budget"),
+    "no-attention-d128": dict(model=dict(attention=False, d_model=2 * D_MODEL), steps=STEPS,
+                              shown="chapter 1, ex-01-budget"),
+}
+# Chapter 3's exercise ex-03-predict-cost: the time per training step of four attention models
+COST = {"additive-64": dict(score="additive"), "additive-256": dict(score="additive", d_attn=256),
+        "dot-64": dict(score="dot"), "dot-128": dict(score="dot", d_model=2 * D_MODEL)}
+COST_STEPS, COST_ROUNDS = 50, 3
+TINY = dict(steps=3, n_per_length=8, n_alignment=8, rounds=1)  # --tiny: seconds, meaningless
+BLOCK = 50                                                      # the loss curve: means of 50 steps
+
+
+@torch.no_grad()
+def accuracy_by_position(model, length: int = 20, n: int = 500, seed: int = 5) -> list[float]:
+    """Accuracy of each output position on ``n`` sources of ``length`` symbols: chapter 1's
+    measurement of which outputs a model without attention gets right (the same operations)."""
+    L = length
+    test = make_batch(n, L, L, PART1["task"]["n_symbols"],
+                      generator=torch.Generator().manual_seed(seed))
+    pred = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1)       # (n, <= L + 1)
+    pred = F.pad(pred, (0, L + 1 - pred.shape[1]), value=PAD_ID)              # (n, L + 1)
+    return (pred[:, :L] == test.tgt_out[:, :L]).float().mean(0).tolist()       # (L,)
+
+
+def run(name: str, seed: int, tiny: bool = False) -> dict:
+    """Train and score run ``name`` (a key of :data:`RUNS`) with ``seed``, as the chapters do."""
+    spec = RUNS[name]
+    task, lengths = PART1["task"], PART1["lengths"]
+    train = PART1["train"] | {"seed": seed, "steps": TINY["steps"] if tiny else spec["steps"]}
+    model_kw = {"d_model": D_MODEL} | spec["model"]
+    deterministic(seed)                                     # the initial weights: as the chapters
+    model = Seq2Seq(vocab_size(task["n_symbols"]), **model_kw)
+    start = time.perf_counter()
+    history = train_toy(model, **task, **train)             # seed: the data order
+    seconds = time.perf_counter() - start
+    n = TINY["n_per_length"] if tiny else 200               # accuracy_by_length's default
+    acc = accuracy_by_length(model, lengths, n_symbols=task["n_symbols"], task=task["task"],
+                             n_per_length=n)
+    block = min(BLOCK, len(history))
+    out = {"name": name, "seed": seed, "steps": train["steps"], **model_kw,
+           "params": count_parameters(model), "train_seconds": round(seconds, 2),
+           "ms_per_step": round(1000 * seconds / train["steps"], 2),
+           "final_loss": sum(history[-50:]) / len(history[-50:]),
+           "loss_blocks": [sum(history[i:i + block]) / block
+                           for i in range(0, len(history) - block + 1, block)],
+           "length": acc["length"], "exact": acc["exact"], "token": acc["token"]}
+    if not spec["model"]["attention"]:
+        out["by_position"] = accuracy_by_position(model, n=TINY["n_per_length"] if tiny else 500)
+    if spec["model"]["attention"]:
+        align = PART1["alignment"] | ({"n": TINY["n_alignment"]} if tiny else {})
+        out["alignment"] = reversal_alignment(model, task["n_symbols"], **align)
+    return out
+
+
+def step_times(tiny: bool = False) -> dict:
+    """Milliseconds per training step of each model of :data:`COST` (ex-03-predict-cost).
+
+    Each model trains ``COST_STEPS`` steps from seed 0, as the exercise's solution does, in
+    ``COST_ROUNDS`` rounds that take turns between the models, so that a busy spell of a shared
+    machine slows all of them; each model keeps its fastest round.
+    """
+    steps, rounds = (TINY["steps"], TINY["rounds"]) if tiny else (COST_STEPS, COST_ROUNDS)
+    times = {name: [] for name in COST}
+    for _ in range(rounds):
+        for name, kw in COST.items():
+            deterministic(0)
+            model = Seq2Seq(vocab_size(PART1["task"]["n_symbols"]), attention=True,
+                            **({"d_model": D_MODEL} | kw))
+            start = time.perf_counter()
+            train_toy(model, **PART1["task"], **(PART1["train"] | {"steps": steps}))
+            times[name].append(1000 * (time.perf_counter() - start) / steps)
+    return {"steps": steps, "models": {n: {"d_model": D_MODEL} | kw for n, kw in COST.items()},
+            "ms_per_step": {name: round(min(t), 2) for name, t in times.items()},
+            "rounds_ms": {name: [round(x, 2) for x in t] for name, t in times.items()}}
+
+
+def spread(runs: list[dict], key: str) -> dict:
+    """Min, mean and max over seeds of a per-length list ``key`` ("exact" or "token")."""
+    columns = list(zip(*(r[key] for r in runs)))
+    return {"min": [min(c) for c in columns], "mean": [sum(c) / len(c) for c in columns],
+            "max": [max(c) for c in columns]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = Parser(prog="python -m attnbook.toy_seeds",
+               description="Part I's reversal experiments (chapters 1-3) with several seeds.")
+    p.add_argument("--results", type=Path, required=True,
+                   help="folder for toy_seeds.json, relative to the repository (results/cpu)")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), metavar="SEED",
+                   help="seeds (default: 0 1 2)")
+    p.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), metavar="RUN",
+                   help="which runs (default: all of " + ", ".join(RUNS) + ")")
+    p.add_argument("--timing", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time ex-03-predict-cost's four models (default: yes)")
+    p.add_argument("--tiny", action="store_true",
+                   help=f"{TINY['steps']} steps a run, a few sources: seconds (the tests)")
+    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    args = p.parse_args(argv)
+    if args.results.is_absolute():
+        p.error("give --results relative to the repository (it is recorded in the results, "
+                "which must not name folders of the machine that made them)")
+    if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
+        p.error(f"--seeds must be different non-negative integers, got {args.seeds}")
+    torch.set_num_threads(1)                 # as the chapters (train_toy uses one thread anyway)
+    start, cpu = time.perf_counter(), time.process_time()
+    result = {"command": shlex.join(["python", "-m", "attnbook.toy_seeds", *argv]),
+              "note": args.note, "scale": "tiny" if args.tiny else "full",
+              "date": time.strftime("%Y-%m-%d", time.gmtime()),
+              "environment": versions(), "threads": torch.get_num_threads(),
+              "load_average_before": round(os.getloadavg()[0], 2),
+              "seeds": args.seeds, "settings": PART1 | {"n_per_length": 200},
+              "run_specs": {name: RUNS[name] for name in args.runs}, "runs": []}
+    if args.tiny:
+        result["settings"] = result["settings"] | {"tiny": TINY}
+    for name in args.runs:
+        for seed in args.seeds:
+            r = run(name, seed, tiny=args.tiny)
+            result["runs"].append(r)
+            print(f"{name:18s} seed {seed}: final loss {r['final_loss']:.3f}, exact match at "
+                  f"{PART1['lengths'][-1]} symbols {r['exact'][-1]:.2f} "
+                  f"({r['train_seconds']:.0f} s)", flush=True)
+    if args.timing:
+        result["predict_cost"] = step_times(tiny=args.tiny)
+        print("ms per training step:", result["predict_cost"]["ms_per_step"], flush=True)
+    result["spread"] = {name: {key: spread([r for r in result["runs"] if r["name"] == name], key)
+                               for key in ("exact", "token")} for name in args.runs}
+    result["wall_time_s"] = round(time.perf_counter() - start, 1)
+    result["cpu_time_s"] = round(time.process_time() - cpu, 1)    # < wall on a busy machine
+    try:
+        args.results.mkdir(parents=True, exist_ok=True)
+        out = args.results / "toy_seeds.json"
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    except OSError as e:
+        return fail(f"cannot write {args.results / 'toy_seeds.json'}: {e.strerror}; "
+                    "give a folder you can write to")
+    print(f"wrote {out} in {result['wall_time_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

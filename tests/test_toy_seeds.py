@@ -1,0 +1,174 @@
+"""python -m attnbook.toy_seeds: Part I's runs with several seeds, as the chapters make seed 0.
+
+Tiny scale (a few steps): the numbers mean nothing, but the code path is the chapters' own, so
+the same seed must give the same numbers, bit for bit.
+"""
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from attnbook import toy_seeds
+from attnbook.plotting import plot_accuracy_spread
+from attnbook.rnn import Seq2Seq
+from attnbook.toy import (PART1, accuracy_by_length, check_stored_run, greedy_tokens, make_batch,
+                          reversal_alignment, run_difference, train_toy, vocab_size)
+from attnbook.utils import deterministic, made_on_this_machine, versions
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK, LENGTHS, D_MODEL = PART1["task"], PART1["lengths"], PART1["d_model"]
+N = toy_seeds.TINY["n_per_length"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The command at tiny scale: seed 0, every run and the timing."""
+    folder = tmp_path_factory.mktemp("toy_seeds")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        assert toy_seeds.main(["--results", "out", "--tiny", "--seeds", "0"]) == 0
+    return json.loads((folder / "out" / "toy_seeds.json").read_text())
+
+
+def test_the_json_has_every_run_and_names_its_making(tiny):
+    assert tiny["scale"] == "tiny" and tiny["seeds"] == [0] and tiny["threads"] == 1
+    assert tiny["command"] == "python -m attnbook.toy_seeds --results out --tiny --seeds 0"
+    assert {"date", "environment", "wall_time_s", "cpu_time_s", "load_average_before"} <= set(tiny)
+    assert tiny["environment"]["torch"] == torch.__version__
+    assert [(r["name"], r["seed"]) for r in tiny["runs"]] == \
+        [(name, 0) for name in toy_seeds.RUNS]
+    for r in tiny["runs"]:
+        assert r["length"] == LENGTHS and len(r["exact"]) == len(r["token"]) == len(LENGTHS)
+        assert all(0 <= a <= 1 for a in r["exact"] + r["token"]) and r["final_loss"] > 0
+        assert r["steps"] == toy_seeds.TINY["steps"]
+        assert ("alignment" in r) == toy_seeds.RUNS[r["name"]]["model"]["attention"]
+        assert ("by_position" in r) != ("alignment" in r)
+    assert set(tiny["spread"]) == set(toy_seeds.RUNS)
+    assert set(tiny["predict_cost"]["ms_per_step"]) == set(toy_seeds.COST)
+    assert tiny["settings"]["task"] == TASK and tiny["settings"]["lengths"] == LENGTHS
+
+
+def test_the_same_seed_gives_the_same_run_and_another_seed_another(tiny):
+    stored = next(r for r in tiny["runs"] if r["name"] == "dot-600")
+    again = toy_seeds.run("dot-600", 0, tiny=True)
+    for key in ("exact", "token", "final_loss", "loss_blocks", "alignment", "params"):
+        assert again[key] == stored[key], key
+    assert toy_seeds.run("dot-600", 1, tiny=True)["final_loss"] != stored["final_loss"]
+
+
+def test_seed_0_is_the_chapters_code_path(tiny):
+    """Chapter 1's cells for the model without attention and chapter 3's for the dot score, at the
+    command's tiny scale, give the numbers the command stored for seed 0."""
+    steps = toy_seeds.TINY["steps"]
+    stored = {r["name"]: r for r in tiny["runs"]}
+    # chapter 1 (and 2): deterministic(0), the model, train_toy, accuracy_by_length
+    deterministic(0)
+    plain = Seq2Seq(vocab_size(TASK["n_symbols"]), d_model=D_MODEL, attention=False)
+    history = train_toy(plain, **TASK, **(PART1["train"] | {"steps": steps}))
+    res_plain = accuracy_by_length(plain, LENGTHS, n_symbols=TASK["n_symbols"],
+                                   task=TASK["task"], n_per_length=N)
+    assert run_difference(stored["no-attention"], res_plain, history) == 0.0
+    # chapter 3: the score model, then its attention statistics computed inline
+    deterministic(0)
+    model = Seq2Seq(vocab_size(TASK["n_symbols"]), d_model=D_MODEL, attention=True, score="dot")
+    history = train_toy(model, **TASK, **(PART1["train"] | {"steps": steps}))
+    res = accuracy_by_length(model, LENGTHS, n_symbols=TASK["n_symbols"], task=TASK["task"],
+                             n_per_length=N)
+    L = PART1["alignment"]["length"]
+    test = make_batch(toy_seeds.TINY["n_alignment"], L, L, TASK["n_symbols"],
+                      generator=torch.Generator().manual_seed(PART1["alignment"]["seed"]))
+    offset = torch.arange(L)[None, :] - (L - 1 - torch.arange(L))[:, None]
+    _, weights = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1,
+                               return_attention=True)
+    w = weights[:, :L]
+    offset = offset[: w.shape[1]]   # untrained outputs stop early; a no-op in the chapters
+    inline = {"largest": w.max(-1).values.mean().item(),
+              "diagonal": (w * (offset == 0)).sum(-1).mean().item(),
+              "neighbour": (w * (offset == 1)).sum(-1).mean().item(),
+              "band": (w * (offset.abs() <= 1)).sum(-1).mean().item()}
+    assert run_difference(stored["dot-600"], res, history, inline) == 0.0
+    assert reversal_alignment(model, TASK["n_symbols"], n=toy_seeds.TINY["n_alignment"]) == inline
+
+
+def test_run_difference_sees_a_change():
+    stored = {"length": [2, 4], "exact": [1.0, 0.5], "token": [1.0, 0.75], "final_loss": 0.5,
+              "alignment": {"band": 0.9}}
+    acc = {"length": [2, 4], "exact": [1.0, 0.5], "token": [1.0, 0.75]}
+    assert run_difference(stored, acc, [0.5] * 60, {"band": 0.9}) == 0.0
+    assert run_difference(stored, acc | {"exact": [1.0, 0.25]}, [0.5] * 60) == 0.25
+    assert run_difference(stored, acc, [0.5] * 60, {"band": 0.8}) == pytest.approx(0.1)
+    assert math.isinf(run_difference(stored, acc | {"length": [2, 6]}, [0.5] * 60))
+
+
+def test_a_stale_file_fails_here_and_warns_elsewhere():
+    run = {"name": "additive", "seed": 0, "length": [2], "exact": [1.0], "token": [1.0],
+           "final_loss": 0.5}
+    result = {"command": "python -m attnbook.toy_seeds --results results/cpu",
+              "environment": versions(), "runs": [run]}
+    acc, history = {"length": [2], "exact": [1.0], "token": [1.0]}, [0.5] * 50
+    assert check_stored_run(result, "additive", acc, history) == 0.0
+    with pytest.raises(AssertionError, match="stale.*python -m attnbook.toy_seeds"):
+        check_stored_run(result, "additive", acc | {"exact": [0.5]}, history)
+    elsewhere = result | {"environment": versions() | {"cpu": "another processor"}}
+    with pytest.warns(UserWarning, match="another machine"):
+        assert check_stored_run(elsewhere, "additive", acc | {"exact": [0.5]}, history) == 0.5
+
+
+def test_made_on_this_machine():
+    env = versions()
+    assert made_on_this_machine({"environment": env})
+    assert not made_on_this_machine({"environment": env | {"torch": "0.1"}})
+    assert not made_on_this_machine({})
+
+
+def test_the_spread_figure_draws_a_band_and_every_seed(tiny):
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in tiny["runs"] if r["name"] == "no-attention"]
+    ax = plot_accuracy_spread({"no attention": runs}, metrics=("exact", "token"))
+    assert len(ax.lines) == 2 * len(runs) and len(ax.collections) == 2
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    with pytest.raises(ValueError, match="metric"):
+        plot_accuracy_spread({"x": runs}, metrics=("bleu",))
+    plt.close("all")
+
+
+def test_help_and_one_line_errors(capsys, tmp_path, monkeypatch):
+    with pytest.raises(SystemExit) as e:
+        toy_seeds.main(["--help"])
+    assert e.value.code == 0 and "--results" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    for argv in (["--results", "out", "--seeds", "0", "0"],
+                 ["--results", "out", "--runs", "transformer"],
+                 ["--results", str(tmp_path / "out")],
+                 ["--results", "out", "--steps", "5"],
+                 []):
+        with pytest.raises(SystemExit) as e:
+            toy_seeds.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2, argv
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_committed_result_is_complete_and_names_no_local_paths():
+    path = ROOT / "results" / "cpu" / "toy_seeds.json"
+    text = path.read_text()
+    result = json.loads(text)
+    assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text
+    assert result["command"].startswith("python -m attnbook.toy_seeds --results results/cpu")
+    assert result["scale"] == "full" and result["seeds"] == [0, 1, 2] and result["threads"] == 1
+    assert result["wall_time_s"] > 0 and result["environment"]["cpu_threads"] == 1
+    assert {k: v for k, v in result["settings"].items() if k in PART1} == PART1
+    assert [(r["name"], r["seed"]) for r in result["runs"]] == \
+        [(name, seed) for name in toy_seeds.RUNS for seed in (0, 1, 2)]
+    for r in result["runs"]:
+        spec = toy_seeds.RUNS[r["name"]]
+        assert r["steps"] == spec["steps"] and r["length"] == LENGTHS
+        assert len(r["loss_blocks"]) == spec["steps"] // toy_seeds.BLOCK
+    assert set(result["predict_cost"]["ms_per_step"]) == set(toy_seeds.COST)

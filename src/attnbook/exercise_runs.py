@@ -1,6 +1,6 @@
 """The measured answers of the book's experimental exercises.
 
-    python -m attnbook.exercise_runs --results results/cpu                  # all, about 20 minutes
+    python -m attnbook.exercise_runs --results results/cpu    # all: 21 min of CPU, one thread
     python -m attnbook.exercise_runs --results results/cpu --only ex-09-beam-width
 
 Each experiment runs as its exercise's solution describes it, with the package's functions, one
@@ -24,7 +24,8 @@ thread, and 3 seeds wherever it compares settings:
 
 The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
 min and max over seeds, the command, date, wall and CPU time, threads, versions and hardware
-(the CPU time shows the work when other jobs share the machine); ``--only``
+(the CPU time shows the work when other jobs share the machine: the committed file took 21
+minutes of CPU and 40 of wall time on the book's busy 2-core VM); ``--only``
 replaces the named exercises' entries and keeps the others. ``--tiny`` runs every experiment at
 a few steps (what the tests run): its numbers mean nothing and say so (``"scale": "tiny"``).
 """

@@ -17,8 +17,10 @@ How exercises are written in a notebook (sphinx-exercise's gated solutions)::
     [code]      check_gru_step(gru_step)        <- the grader call, kept in every edition
 
 An experimental exercise's solution may hold code cells that *run* the experiment (no def or
-class): the book shows the measured result its written solution quotes, and the student edition
-removes them with the written solution.
+class), and so may a coding exercise's, after the cell that defines the answer (a measurement
+made with it): the book shows the measured result its written solution quotes, and the student
+edition removes them with the written solution. Many show a committed result
+(``results/cpu/exercises.json``, ``python -m attnbook.exercise_runs``).
 
 The **student edition** replaces every solution code cell by a stub — each function and class
 keeps its signature and docstring, and its body becomes ``raise NotImplementedError(hint)`` —

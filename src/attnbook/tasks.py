@@ -7,6 +7,10 @@ Symbols start at 4: ids 0-3 are PAD, UNK, BOS, EOS, as everywhere in the book.
 
 Models are called as ``model(inputs, mask) -> logits (B, T, n_classes)``, which is what
 :class:`attnbook.transformer.SelfAttentionStack` does.
+
+Chapter 5's neighbour task and its model, and chapter 6's greedy generation, are built inline in
+their chapters first; the versions here serve ``python -m attnbook.exercise_runs`` (the measured
+answers of the exercises), and each chapter checks that its own agrees.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import torch.nn.functional as F
 from . import BOS_ID, EOS_ID
 from .batching import lengths_mask
 from .schedules import warmup_cosine_scheduler
+from .transformer import SelfAttentionStack, TransformerConfig
 
 Task = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -65,6 +70,41 @@ def task_accuracy(model: torch.nn.Module, make_batch: Task, n_batches: int = 4,
         seq_total += x.shape[0]
     model.train()
     return tok_right / tok_total, seq_right / seq_total
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 5
+
+T_NEIGHBOUR = 12                   # sequence length
+OFFSETS = (-2, -1, 1, 2)           # the four neighbours: bit i of the label = neighbour OFFSETS[i]
+
+
+def make_neighbour_batch(batch_size: int, generator: torch.Generator):
+    """Chapter 5's task: random bits (ids 4 and 5) and, at t = 2..9, the pattern of the four
+    neighbours t-2, t-1, t+1, t+2 as a class 0..15. Returns inputs (B, T) int64, targets (B, T)
+    int64 and mask (B, T) bool, True where a label counts (positions 2..9); T = 12."""
+    bits = torch.randint(0, 2, (batch_size, T_NEIGHBOUR), generator=generator)   # (B, T)
+    t = torch.arange(2, T_NEIGHBOUR - 2)
+    targets = torch.zeros(batch_size, T_NEIGHBOUR, dtype=torch.long)
+    targets[:, t] = sum(bits[:, t + o] * 2 ** i for i, o in enumerate(OFFSETS))
+    mask = torch.zeros(batch_size, T_NEIGHBOUR, dtype=torch.bool)
+    mask[:, t] = True
+    return bits + 4, targets, mask
+
+
+class NeighbourReader(torch.nn.Module):
+    """Chapter 5's model: a one-layer SelfAttentionStack with h heads, d_ff = 2 d_model, that
+    labels every position (16 classes). No sequence has padding, so attention sees every
+    position: the task's mask says only which labels count and is not passed on."""
+
+    def __init__(self, h: int, d_model: int = 32):
+        super().__init__()
+        cfg = TransformerConfig(vocab_size=6, d_model=d_model, h=h, d_ff=2 * d_model,
+                                n_layers=1, dropout=0.0, max_len=T_NEIGHBOUR)
+        self.stack = SelfAttentionStack(cfg, causal=False, n_out=16)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.stack(ids)                                                   # (B, T, 16)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,3 +178,16 @@ def make_caesar_copy_task(k: int = 4, n_symbols: int = 8, shift: int = 1) -> Tas
         return seq[:, :-1], seq[:, 1:], mask
 
     return make_batch
+
+
+@torch.no_grad()
+def greedy_generate(model: torch.nn.Module, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
+    """Chapter 6's greedy generation: prompt (B, P) ids -> the n_new tokens the model writes
+    (B, n_new), each the argmax of the whole vocabulary after the last token, with the whole
+    sequence run again at every step (no cache, no stop at EOS)."""
+    model.eval()
+    ids = prompt
+    for _ in range(n_new):
+        next_id = model(ids)[:, -1].argmax(dim=-1)                # (B,)
+        ids = torch.cat([ids, next_id[:, None]], dim=1)
+    return ids[:, prompt.shape[1]:]

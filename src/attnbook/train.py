@@ -127,7 +127,7 @@ def distributed() -> tuple[int, int]:
 
 def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
           device: torch.device | None = None, progress: bool = True,
-          stop_after: int | None = None, evaluate: bool = True) -> dict:
+          stop_after: int | None = None, evaluate: bool = True, loss_fn=None) -> dict:
     """Train (or resume) a run in folder ``out``; returns the metrics also written there.
 
     One optimiser step uses ``world_size * accum_steps`` consecutive batches of the
@@ -139,6 +139,9 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     ``stop_after`` interrupts the run after that many steps in this call, as a crash would
     (the tests use it to check that resuming gives exactly the uninterrupted result).
     ``evaluate=False`` skips the final BLEU (the experiments decode their snapshots later).
+    ``loss_fn(model, b, label_smoothing) -> loss`` replaces the training loss (default: the
+    book's one loss on the target tokens; chapter 10's exercise trains on the whole sequence);
+    validation and BLEU stay as they are.
 
     At every evaluation ``log.jsonl`` gets the step, the losses, the elapsed training time and
     the attention entropy of every attention layer on the first validation batch. A run first
@@ -240,9 +243,13 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         n_tokens = 0
         for i, idx in enumerate(mine):
             b = data.train.batch(idx).to(device)
-            with precision.autocast(device):
-                logits = forward_logits(fwd, b)
-            loss = translation_loss(logits, b.tgt_out, cfg.label_smoothing)
+            if loss_fn is None:
+                with precision.autocast(device):
+                    logits = forward_logits(fwd, b)
+                loss = translation_loss(logits, b.tgt_out, cfg.label_smoothing)
+            else:
+                with precision.autocast(device):
+                    loss = loss_fn(fwd, b, cfg.label_smoothing)
             if world > 1 and i < len(mine) - 1:
                 with fwd.no_sync():           # all-reduce only after the last micro-batch
                     scaler.scale(loss / cfg.accum_steps).backward()

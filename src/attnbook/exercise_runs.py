@@ -1,0 +1,318 @@
+"""The measured answers of the book's experimental exercises.
+
+    python -m attnbook.exercise_runs --results results/cpu    # all: 21 min of CPU, one thread
+    python -m attnbook.exercise_runs --results results/cpu --only ex-09-beam-width
+
+Each experiment runs as its exercise's solution describes it, with the package's functions, one
+thread, and 3 seeds wherever it compares settings:
+
+* ``ex-05-heads-width`` (chapter 5): the neighbour task with (h, d_model, steps) = (16, 64, 500),
+  (32, 32, 500), (1, 64, 500) and (1, 32, 1500); accuracy (all four bits right) per seed.
+* ``ex-06-plain-copy`` (chapter 6): the plain copy (shift 0), the chapter's model with and
+  without the causal mask, 400 steps; teacher-forced loss, generated letters and whole answers.
+* ``ex-06-too-good`` (chapter 6): the chapter's Caesar copy with the off-by-one mask
+  ``tril(diagonal=1)`` (query t also sees key t + 1); the same measurements.
+* ``ex-09-beam-width`` (chapter 9): the model chapter 9 has at that point (cpu-tiny, the first
+  300 of its 1,200 steps; seed 0 is the notebook's own, trained again identically, and seeds 1
+  and 2 the same recipe), then BLEU, brevity penalty and mean output length on the first 300
+  test sentences for beams 1, 2, 4, 8, 16 and alpha 0 and 0.6.
+* ``ex-10-whole-sequence-loss`` (chapter 10): cpu-tiny's decoder-only translator trained for
+  the first 200 of its 1,200 steps (scaled down, to keep the whole command near 20 minutes of
+  one core) with the loss on the target only and on the whole sequence
+  (:func:`whole_sequence_loss`), same batches, 3 seeds; validation loss on the target tokens
+  (all validation sentences) and BLEU (beam 4) on the first 300 test sentences.
+
+The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
+min and max over seeds, the command, date, wall and CPU time, threads, versions and hardware
+(the CPU time shows the work when other jobs share the machine: the committed file took 21
+minutes of CPU and 40 of wall time on the book's busy 2-core VM); ``--only``
+replaces the named exercises' entries and keeps the others. ``--tiny`` runs every experiment at
+a few steps (what the tests run): its numbers mean nothing and say so (``"scale": "tiny"``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import PAD_ID
+from .bleu import bleu
+from .cli import Parser, add_common, fail
+from .data import DataError, load_multi30k
+from .decoding import translate
+from .lm import lm_loss, token_positions
+from .mha import MultiHeadAttention
+from .recipe import preset
+from .runs import load_run
+from .tasks import (NeighbourReader, greedy_generate, make_caesar_copy_task, make_neighbour_batch,
+                    task_accuracy, train_on_task)
+from .tokenizer import TokenizerError
+from .train import train
+from .transformer import SelfAttentionStack, TransformerConfig
+from .utils import versions
+
+SEEDS = (0, 1, 2)
+
+# Each experiment's settings: what the book's solutions quote, and the tests' tiny scale.
+HEADS_WIDTH = dict(runs=[(16, 64, 500), (32, 32, 500), (1, 64, 500), (1, 32, 1500)],
+                   lr=5e-3, batch_size=64, seeds=SEEDS)
+CAESAR = dict(k=4, n_symbols=8, steps=400, lr=3e-3, batch_size=64, n_test=1000, test_seed=2024,
+              seeds=SEEDS, model=dict(d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
+                                      max_len=16, tie_embeddings=False))
+BEAM_WIDTH = dict(preset="cpu-tiny", steps=300, sentences=300, beams=[1, 2, 4, 8, 16],
+                  alphas=[0.0, 0.6], seeds=SEEDS)
+WHOLE_SEQUENCE = dict(preset="cpu-tiny", steps=200, sentences=300, beam=4, alpha=0.6,
+                      seeds=SEEDS)
+TINY = {"ex-05-heads-width": dict(runs=[(2, 8, 3), (1, 8, 6)], seeds=(0, 1)),
+        "ex-06-plain-copy": dict(steps=3, n_test=16, seeds=(0, 1)),
+        "ex-06-too-good": dict(steps=3, n_test=16, seeds=(0, 1)),
+        "ex-09-beam-width": dict(preset="smoke", steps=3, sentences=6, beams=[1, 2], seeds=(0,)),
+        "ex-10-whole-sequence-loss": dict(preset="smoke", steps=3, sentences=6, beam=2,
+                                          seeds=(0,))}
+
+
+def spread(values) -> dict:
+    """{"mean", "min", "max"} of a list of numbers, rounded to 4 places."""
+    return {"mean": round(float(np.mean(values)), 4), "min": round(float(min(values)), 4),
+            "max": round(float(max(values)), 4)}
+
+
+def run_config(name: str, model: str, **changes):
+    """preset(name, model) with recipe fields changed: the one place this module sets a
+    TrainConfig's fields (max_steps, seed, eval_every, eval_sentences)."""
+    return replace(preset(name, model), **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 5: many narrow heads, or the number of heads?
+
+def heads_width(s: dict, work: Path) -> dict:
+    """Accuracy of NeighbourReader(h, d_model) after `steps`, per seed, as the solution's
+    mean_accuracy computes it."""
+    runs = []
+    for h, d_model, steps in s["runs"]:
+        for seed in s["seeds"]:
+            torch.manual_seed(seed)
+            model = NeighbourReader(h, d_model)
+            train_on_task(model, make_neighbour_batch, steps=steps, lr=s["lr"],
+                          batch_size=s["batch_size"], seed=seed)
+            acc = task_accuracy(model, make_neighbour_batch)[0]
+            runs.append(dict(h=h, d_model=d_model, d_k=d_model // h, steps=steps, seed=seed,
+                             accuracy=round(acc, 4)))
+            print(f"  h {h:2d} d_model {d_model} steps {steps} seed {seed}: accuracy {acc:.3f}",
+                  flush=True)
+    summary = [dict(h=h, d_model=d, steps=n, accuracy=spread(
+        [r["accuracy"] for r in runs if (r["h"], r["d_model"], r["steps"]) == (h, d, n)]))
+        for h, d, n in s["runs"]]
+    return {"runs": runs, "summary": summary}
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 6: a plain copy without the mask; an off-by-one mask
+
+class SeesNextToken(MultiHeadAttention):
+    """ex-06-too-good's bug: self-attention whose "causal" mask was built with
+    ``tril(diagonal=1)``, so query t also sees key t + 1, the token it must predict."""
+
+    def forward(self, x, context=None, key_mask=None, causal=False, need_weights=False,
+                cache=None):
+        B, T, _ = x.shape
+        q, k, v = (self.split_heads(W(x)) for W in (self.W_q, self.W_k, self.W_v))  # (B,h,T,d_k)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(diagonal=1)  # (T, T)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)               # (B,h,T,d_k)
+        return self.W_o(out.transpose(1, 2).reshape(B, T, self.d_model)), None
+
+
+def caesar_model(s: dict, vocab: int, mask: str, seed: int) -> torch.nn.Module:
+    """Chapter 6's decoder-only model with mask "none", "causal" or "off-by-one" (the causal
+    model's weights, its attention's mask moved one place up)."""
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=vocab, **s["model"])
+    model = SelfAttentionStack(cfg, causal=mask != "none")
+    if mask == "off-by-one":
+        for block in model.blocks:
+            block.self_attn.__class__ = SeesNextToken
+    return model
+
+
+def caesar_runs(s: dict, shift: int, masks: tuple) -> dict:
+    """Train each mask's model on the Caesar copy with ``shift`` (0: plain copy) for each seed;
+    the teacher-forced loss (mean of the last 20 steps) and, generating greedily from the prompt
+    BOS a_1..a_k SEP, the share of answer letters and of whole answers right."""
+    k, n = s["k"], s["n_symbols"]
+    task = make_caesar_copy_task(k, n, shift=shift)
+    x, y, _ = task(s["n_test"], torch.Generator().manual_seed(s["test_seed"]))
+    runs = []
+    for seed in s["seeds"]:
+        for mask in masks:
+            m = caesar_model(s, n + 5, mask, seed)
+            losses = train_on_task(m, task, steps=s["steps"], lr=s["lr"],
+                                   batch_size=s["batch_size"], seed=seed)
+            written = greedy_generate(m, x[:, :k + 2], k + 1)[:, :k]         # (N, k)
+            right = written == y[:, k + 1:2 * k + 1]                          # (N, k)
+            runs.append(dict(mask=mask, seed=seed, loss=round(float(np.mean(losses[-20:])), 4),
+                             letters=round(right.float().mean().item(), 4),
+                             answers=round(right.all(1).float().mean().item(), 4)))
+            print(f"  {mask:10s} seed {seed}: " + ", ".join(f"{key} {runs[-1][key]:.3f}"
+                  for key in ("loss", "letters", "answers")), flush=True)
+    summary = {mask: {key: spread([r[key] for r in runs if r["mask"] == mask])
+                      for key in ("loss", "letters", "answers")} for mask in masks}
+    return {"loss_floor": round(k * math.log(n) / (2 * k + 2), 4), "runs": runs,
+            "summary": summary}
+
+
+def plain_copy(s: dict, work: Path) -> dict:
+    return caesar_runs(s, shift=0, masks=("none", "causal"))
+
+
+def too_good(s: dict, work: Path) -> dict:
+    return caesar_runs(s, shift=1, masks=("off-by-one",))
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 9: beam width and length penalty
+
+def beam_width(s: dict, work: Path) -> dict:
+    """For each seed, train chapter 9's model (the preset's first `steps` steps; seed 0 is the
+    notebook's own), then BLEU, brevity penalty and mean output length (words) on the first
+    `sentences` test pairs for each alpha and beam. Beam 1 is greedy search, whatever alpha."""
+    part = load_multi30k("test_2016_flickr", "de", "en")[:s["sentences"]]
+    srcs, refs = [x for x, _ in part], [t for _, t in part]
+    models, rows = [], []
+    for seed in s["seeds"]:
+        cfg = run_config(s["preset"], "transformer", max_steps=s["steps"], seed=seed)
+        metrics = train(cfg, work / f"seed-{seed}", device=torch.device("cpu"), progress=False)
+        model, tok, _ = load_run(work / f"seed-{seed}", torch.device("cpu"))
+        models.append(dict(seed=seed, steps=metrics["steps"], test_bleu=metrics["test_bleu"],
+                           decoding=metrics["decoding"], train_time_s=metrics["train_time_s"]))
+        greedy = translate(model, tok, srcs, beam_size=1)
+        for alpha in s["alphas"]:
+            for k in s["beams"]:
+                hyps = greedy if k == 1 else translate(model, tok, srcs, beam_size=k, alpha=alpha)
+                b = bleu(hyps, refs)
+                rows.append(dict(seed=seed, alpha=alpha, beam=k, bleu=b["bleu"], bp=b["bp"],
+                                 mean_words=round(float(np.mean([len(h.split()) for h in hyps])),
+                                                  3)))
+                print(f"  seed {seed} alpha {alpha} beam {k:2d}: BLEU {b['bleu']:5.2f}, "
+                      f"bp {b['bp']:.3f}, {rows[-1]['mean_words']:.2f} words", flush=True)
+    summary = [dict(alpha=alpha, beam=k, **{key: spread([r[key] for r in rows if
+                                                         (r["alpha"], r["beam"]) == (alpha, k)])
+                                            for key in ("bleu", "bp", "mean_words")})
+               for alpha in s["alphas"] for k in s["beams"]]
+    return {"models": models, "runs": rows, "summary": summary,
+            "reference_mean_words": round(float(np.mean([len(t.split()) for t in refs])), 3)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 10: the loss on the whole sequence
+
+def whole_sequence_loss(model, b, label_smoothing: float = 0.0) -> torch.Tensor:
+    """The next-token loss on ``BOS source EOS target EOS``, source tokens included, for a
+    DecoderOnlyTranslator on a translation batch b (the exercise's solution)."""
+    prompt, prompt_mask = model.encode(b.src, b.src_mask)                  # (B, S+2)
+    ids = torch.cat([prompt, b.tgt_out], 1)                    # (B, L): BOS src EOS [gap] tgt EOS
+    mask = torch.cat([prompt_mask, b.tgt_mask], 1)                         # (B, L)
+    logits = model.stack(ids, mask, positions=token_positions(mask))       # (B, L, V)
+    ids = torch.where(mask, ids, PAD_ID)
+    order = torch.argsort((~mask).int(), dim=1, stable=True)   # real tokens first, in order
+    packed_ids = ids.gather(1, order)                                      # (B, L)
+    packed_logits = logits.gather(1, order[..., None].expand_as(logits))   # (B, L, V)
+    return lm_loss(packed_logits, packed_ids, label_smoothing)
+
+
+def whole_sequence(s: dict, work: Path) -> dict:
+    """The decoder-only translator trained with the target-only loss and the whole-sequence
+    loss, same batches and steps, per seed: validation loss on the target tokens (all
+    validation sentences) and BLEU on the first `sentences` test pairs."""
+    runs = []
+    for seed in s["seeds"]:
+        for loss in ("target", "whole"):
+            cfg = run_config(s["preset"], "decoder-only", max_steps=s["steps"], seed=seed,
+                             eval_every=s["steps"], eval_sentences=s["sentences"],
+                             beam_size=s["beam"], length_alpha=s["alpha"])
+            m = train(cfg, work / f"{loss}-{seed}", device=torch.device("cpu"), progress=False,
+                      loss_fn=whole_sequence_loss if loss == "whole" else None)
+            runs.append(dict(loss=loss, seed=seed, val_loss=round(m["val_loss"], 4),
+                             bleu=m["test_bleu"], train_time_s=m["train_time_s"]))
+            print(f"  {loss:6s} seed {seed}: validation loss {runs[-1]['val_loss']:.3f}, "
+                  f"BLEU {m['test_bleu']:5.2f} ({m['train_time_s']:.0f} s)", flush=True)
+    summary = {loss: {key: spread([r[key] for r in runs if r["loss"] == loss])
+                      for key in ("val_loss", "bleu")} for loss in ("target", "whole")}
+    return {"runs": runs, "summary": summary}
+
+
+EXPERIMENTS = {"ex-05-heads-width": (heads_width, HEADS_WIDTH),
+               "ex-06-plain-copy": (plain_copy, CAESAR),
+               "ex-06-too-good": (too_good, CAESAR),
+               "ex-09-beam-width": (beam_width, BEAM_WIDTH),
+               "ex-10-whole-sequence-loss": (whole_sequence, WHOLE_SEQUENCE)}
+
+
+def run(name: str, tiny: bool = False, command: str = "") -> dict:
+    """Run one exercise's experiment; its entry of exercises.json."""
+    fn, settings = EXPERIMENTS[name]
+    s = settings | (TINY[name] if tiny else {})
+    start, cpu = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory() as work:
+        result = fn(s, Path(work))
+    return {"scale": "tiny" if tiny else "full", "settings": s, **result,
+            "wall_time_s": round(time.perf_counter() - start, 1),
+            "cpu_time_s": round(time.process_time() - cpu, 1), "command": command,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "threads": torch.get_num_threads(),
+            "environment": versions()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = Parser(prog="python -m attnbook.exercise_runs",
+               description="Run the experiments of the exercises whose solutions quote a "
+                           "measurement, and write RESULTS/exercises.json.")
+    p.add_argument("--results", type=Path, required=True,
+                   help="folder of the results file exercises.json (the book's: results/cpu)")
+    p.add_argument("--only", action="append", choices=sorted(EXPERIMENTS), metavar="NAME",
+                   help="run only this exercise (repeatable; the file keeps the others' "
+                        "entries); one of " + ", ".join(sorted(EXPERIMENTS)))
+    p.add_argument("--tiny", action="store_true",
+                   help="a few steps of each experiment, to check the command (the tests)")
+    add_common(p, "data-dir")
+    args = p.parse_args(argv)
+    if args.data_dir:
+        os.environ["MULTI30K_DIR"] = args.data_dir        # where load_multi30k looks first
+    torch.set_num_threads(1)
+    out = args.results / "exercises.json"
+    try:
+        old = json.loads(out.read_text()) if out.is_file() else {}
+    except json.JSONDecodeError as e:
+        return fail(f"{out} is not valid JSON ({e.msg}); move it away, or run without --only")
+    command = shlex.join(["python", "-m", "attnbook.exercise_runs",
+                          *(sys.argv[1:] if argv is None else argv)])
+    names = args.only or list(EXPERIMENTS)
+    entries = dict(old.get("exercises", {}))
+    start = time.perf_counter()
+    try:
+        for name in names:
+            print(f"{name} ...", flush=True)
+            entries[name] = run(name, args.tiny, command)
+            print(f"{name}: {entries[name]['wall_time_s']:.0f} s", flush=True)
+    except (DataError, TokenizerError) as e:
+        return fail(e)
+    result = {"about": "measured answers of the book's experimental exercises "
+                       "(python -m attnbook.exercise_runs); each entry names the call that "
+                       "made it", "exercises": {n: entries[n] for n in EXPERIMENTS if n in entries}}
+    args.results.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out} ({', '.join(names)}) in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""python -m attnbook.exercise_runs: every experiment runs (at the tiny scale) and writes the JSON
+the solutions load; one seed's numbers repeat; --only replaces one entry; bad options are one
+line and exit status 2. About 15 seconds, most of it the two Multi30k experiments."""
+import json
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnbook import exercise_runs
+from attnbook.batching import make_batch
+from attnbook.lm import DecoderOnlyTranslator
+from attnbook.transformer import TransformerConfig
+
+needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
+NO_DATA = ["ex-05-heads-width", "ex-06-plain-copy", "ex-06-too-good"]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The results folder of one tiny run of every experiment (those without data if the
+    Multi30k files are missing)."""
+    folder = tmp_path_factory.mktemp("results")
+    only = [] if os.environ.get("MULTI30K_DIR") else sum((["--only", n] for n in NO_DATA), [])
+    assert exercise_runs.main(["--results", str(folder), "--tiny", *only]) == 0
+    return folder
+
+
+def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
+    data = json.loads((written / "exercises.json").read_text())
+    names = list(exercise_runs.EXPERIMENTS) if os.environ.get("MULTI30K_DIR") else NO_DATA
+    assert list(data["exercises"]) == names
+    for name, ex in data["exercises"].items():
+        assert ex["scale"] == "tiny" and ex["threads"] == 1
+        assert ex["wall_time_s"] >= 0 and ex["cpu_time_s"] >= 0
+        assert ex["command"].startswith("python -m attnbook.exercise_runs --results ")
+        assert {"torch", "python", "cpu"} <= set(ex["environment"]) and ex["date"][:2] == "20"
+        assert ex["runs"], name
+        summaries = ex.get("summary", [])
+        for s in summaries.values() if isinstance(summaries, dict) else summaries:
+            for spread in s.values():
+                if isinstance(spread, dict):
+                    assert spread["min"] <= spread["mean"] <= spread["max"], (name, s)
+    text = (written / "exercises.json").read_text()
+    assert text.count(str(written)) == len(names)        # no path but the one in each command
+    heads = data["exercises"]["ex-05-heads-width"]
+    assert [r["seed"] for r in heads["runs"]] == [0, 1, 0, 1]
+    assert [s["h"] for s in heads["summary"]] == [h for h, _, _ in heads["settings"]["runs"]]
+    copy = data["exercises"]["ex-06-plain-copy"]["summary"]
+    assert set(copy) == {"none", "causal"} and set(copy["none"]) == {"loss", "letters", "answers"}
+
+
+@needs_data
+def test_the_translation_experiments_record_what_the_solutions_quote(written):
+    ex = json.loads((written / "exercises.json").read_text())["exercises"]
+    beam = ex["ex-09-beam-width"]
+    assert beam["models"][0]["steps"] == 3 and "test_bleu" in beam["models"][0]
+    assert [(r["alpha"], r["beam"]) for r in beam["runs"]] == [(0.0, 1), (0.0, 2), (0.6, 1), (0.6, 2)]
+    assert [(s["alpha"], s["beam"]) for s in beam["summary"]] == [(0.0, 1), (0.0, 2), (0.6, 1), (0.6, 2)]
+    assert beam["runs"][0]["bleu"] == beam["runs"][2]["bleu"]            # greedy: alpha plays no part
+    whole = ex["ex-10-whole-sequence-loss"]
+    assert [(r["loss"], r["seed"]) for r in whole["runs"]] == [("target", 0), ("whole", 0)]
+    assert set(whole["summary"]["whole"]) == {"val_loss", "bleu"}
+
+
+def test_the_same_seed_gives_the_same_numbers(written):
+    data = json.loads((written / "exercises.json").read_text())["exercises"]
+    for name in ("ex-05-heads-width", "ex-06-too-good"):
+        assert exercise_runs.run(name, tiny=True)["runs"] == data[name]["runs"]
+
+
+def test_only_replaces_the_named_entry_and_keeps_the_others(written, tmp_path):
+    (tmp_path / "exercises.json").write_text((written / "exercises.json").read_text())
+    before = json.loads((tmp_path / "exercises.json").read_text())["exercises"]
+    assert exercise_runs.main(["--results", str(tmp_path), "--tiny", "--only", "ex-06-too-good"]) == 0
+    after = json.loads((tmp_path / "exercises.json").read_text())["exercises"]
+    assert list(after) == list(before)
+    assert after["ex-06-too-good"]["command"].endswith("--tiny --only ex-06-too-good")
+    assert after["ex-06-too-good"]["runs"] == before["ex-06-too-good"]["runs"]
+    assert all(after[n] == before[n] for n in after if n != "ex-06-too-good")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--results", "x", "--only", "ex-99-nope"], "argument --only: invalid choice: 'ex-99-nope'"),
+    ([], "the following arguments are required: --results"),
+    (["--results", "x", "--steps", "3"], "unrecognized arguments: --steps 3"),
+])
+def test_bad_options_are_one_line_and_exit_status_2(capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        exercise_runs.main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert message in err and "see `python -m attnbook.exercise_runs --help`" in err
+
+
+def test_a_damaged_results_file_is_one_line_and_exit_status_2(capsys, tmp_path):
+    (tmp_path / "exercises.json").write_text("{not json")
+    assert exercise_runs.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "is not valid JSON" in err
+
+
+def test_whole_sequence_loss_is_the_next_token_loss_of_each_sequence_alone():
+    torch.manual_seed(0)
+    model = DecoderOnlyTranslator(TransformerConfig(vocab_size=20, d_model=16, h=2, d_ff=32,
+                                                    n_layers=2, dropout=0.0, max_len=64)).eval()
+    src, tgt = [[5, 6, 7], [8, 9, 10, 11, 12]], [[13, 14], [15, 16, 17, 18]]
+    total, n = 0.0, 0
+    for s, t in zip(src, tgt):                        # BOS src EOS tgt EOS, no padding anywhere
+        seq = torch.tensor([[2, *s, 3, *t, 3]])
+        total += F.cross_entropy(model.stack(seq)[0, :-1], seq[0, 1:], reduction="sum").item()
+        n += seq.shape[1] - 1
+    loss = exercise_runs.whole_sequence_loss(model, make_batch(src, tgt))
+    assert loss.item() == pytest.approx(total / n, rel=1e-5)
+
+
+def test_the_off_by_one_mask_shows_each_position_the_next_token_and_no_further():
+    s = exercise_runs.CAESAR
+    model = exercise_runs.caesar_model(s, 13, "off-by-one", seed=0).eval()
+    ids = torch.randint(4, 12, (2, 8), generator=torch.Generator().manual_seed(0))
+    out = model(ids)
+    for t in range(6):
+        next_changed, later_changed = ids.clone(), ids.clone()
+        next_changed[:, t + 1] = (ids[:, t + 1] - 3) % 8 + 4
+        later_changed[:, t + 2:] = (ids[:, t + 2:] - 3) % 8 + 4
+        assert not torch.allclose(model(next_changed)[:, t], out[:, t])     # sees t + 1 ...
+        torch.testing.assert_close(model(later_changed)[:, :t + 1], out[:, :t + 1])  # ... no more

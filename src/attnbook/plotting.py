@@ -66,6 +66,18 @@ def attention_heatmap(weights, queries=None, keys=None, ax=None, title="Attentio
     return ax
 
 
+def _metric_styles(metrics, **overrides) -> tuple[dict, dict]:
+    """The names and line styles of the accuracy curves ("exact": solid, "token": dashed) that
+    the accuracy plots draw; an unknown metric is a ValueError."""
+    for m in metrics:
+        if m not in ("exact", "token"):
+            raise ValueError(f"unknown metric {m!r}; use 'exact' and/or 'token'")
+    names = {"exact": "exact match", "token": "per-token"}
+    styles = {"exact": dict(linestyle="-", marker="o"),
+              "token": dict(linestyle="--", marker="s", markersize=4)}
+    return names, {m: {**style, **overrides} for m, style in styles.items()}
+
+
 def plot_accuracy_by_length(results, ax=None, title="Accuracy against input length",
                             metrics=("exact", "token")):
     """Accuracy of one or more models against the input length (chapters 1 and 2).
@@ -76,12 +88,7 @@ def plot_accuracy_by_length(results, ax=None, title="Accuracy against input leng
     accuracy, dashed line). Each model keeps one colour for both of its curves.
     Returns the matplotlib Axes.
     """
-    names = {"exact": "exact match", "token": "per-token"}
-    styles = {"exact": dict(linestyle="-", marker="o"), "token": dict(linestyle="--", marker="s",
-                                                                      markersize=4)}
-    for m in metrics:
-        if m not in names:
-            raise ValueError(f"unknown metric {m!r}; use 'exact' and/or 'token'")
+    names, styles = _metric_styles(metrics)
     if ax is None:
         _, ax = plt.subplots()
     for k, (label, res) in enumerate(results.items()):
@@ -111,12 +118,7 @@ def plot_accuracy_spread(results, ax=None, title="Accuracy against input length,
     where the legend goes, matplotlib's ``loc`` ("lower left", or (x, y) of its lower left corner
     in axes coordinates). Returns the Axes.
     """
-    names = {"exact": "exact match", "token": "per-token"}
-    styles = {"exact": dict(linestyle="-", marker="o", markersize=3),
-              "token": dict(linestyle="--", marker="s", markersize=3)}
-    for m in metrics:
-        if m not in names:
-            raise ValueError(f"unknown metric {m!r}; use 'exact' and/or 'token'")
+    names, styles = _metric_styles(metrics, markersize=3)
     if ax is None:
         _, ax = plt.subplots()
     for k, (label, runs) in enumerate(results.items()):

@@ -1,6 +1,7 @@
 """attnbook.score_scales: the statistics of attention scores that chapter 4 reports."""
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,6 @@ from attnbook.batching import make_batch
 from attnbook.recipe import build_model, override, preset
 from attnbook.score_scales import STATS, main, score_statistics, width_sweep
 from attnbook.transformer import Transformer, TransformerConfig
-
-RUN = Path(__file__).resolve().parents[1] / "runs" / "cpu-base" / "medium"
-
 
 def tiny(seed=0, **kw):
     torch.manual_seed(seed)
@@ -75,16 +73,29 @@ def test_models_without_attention_are_refused():
         score_statistics(build_model(override(preset("smoke", model="gru"), vocab_size=20)), [])
 
 
-@pytest.mark.skipif(not (RUN / "checkpoint.pt").is_file(), reason="needs the trained cpu-base run")
+@pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 def test_the_command_writes_trained_and_initialised_statistics(tmp_path, monkeypatch):
-    monkeypatch.chdir(RUN.parents[2])
+    """The command on a run folder, as it made results/cpu/score_scales.json from cpu-base: here a
+    smoke run trained in seconds (one block each side: 3 attention modules)."""
+    from attnbook.train import train
+    monkeypatch.chdir(tmp_path)
+    train(preset("smoke"), Path("runs/smoke"), progress=False)
     out = tmp_path / "scales.json"
-    assert main(["--run", "runs/cpu-base/medium", "--average", "5", "--sentences", "32",
+    assert main(["--run", "runs/smoke", "--average", "1", "--sentences", "16",
                  "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert len(result["trained"]) == len(result["initialised"]) == 9
-    pairs = zip(result["trained"], result["initialised"])
-    assert all(t["var_scaled"] > i["var_scaled"] for t, i in pairs)
+    assert result["command"] == ("python -m attnbook.score_scales --run runs/smoke --average 1 "
+                                 f"--sentences 16 --out {out}")
+    names = ["encoder.0.self_attn", "decoder.0.self_attn", "decoder.0.cross_attn"]
+    for part in ("trained", "initialised"):
+        assert [r["name"] for r in result[part]] == names
+        assert all(set(STATS) <= set(r) and r["d_k"] == 16 for r in result[part])
+        assert all(math.isfinite(r[k]) and r[k] >= 0 for r in result[part] for k in STATS)
+    # training moved the weights: the trained statistics are not the initialised ones
+    assert [r["var_q"] for r in result["trained"]] != [r["var_q"] for r in result["initialised"]]
+    with pytest.raises(SystemExit) as e:                      # a folder that is not a run
+        main(["--run", "runs/none", "--out", str(out)])
+    assert e.value.code == 2
 
 
 def test_the_committed_result_is_complete_and_names_no_local_paths():

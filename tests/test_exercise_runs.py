@@ -14,7 +14,8 @@ from attnbook.lm import DecoderOnlyTranslator
 from attnbook.transformer import TransformerConfig
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
-NO_DATA = ["ex-05-heads-width", "ex-06-plain-copy", "ex-06-too-good", "ex-07-rope-length"]
+NO_DATA = ["ex-05-heads-width", "ex-06-plain-copy", "ex-06-too-good", "ex-07-rope-length",
+           "ex-08-warmup-experiment"]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,11 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
     assert rope["lengths"] == [4, 24] and all(len(r["accuracy"]) == 2 for r in rope["runs"])
     assert [(x["window"], x["length"]) for x in rope["summary"]] == [(None, 4), (None, 24),
                                                                     (16, 4), (16, 24)]
+    warm = data["exercises"]["ex-08-warmup-experiment"]
+    assert [(r["n_layers"], r["lr"], r["norm"], r["seed"]) for r in warm["runs"]] == \
+        [(1, 1e-2, "post", 0), (1, 1e-2, "pre", 0)]
+    assert [(x["norm"], x["last50"]["mean"]) for x in warm["summary"]] == \
+        [(r["norm"], round(r["last50"], 4)) for r in warm["runs"]]
 
 
 @needs_data
@@ -71,7 +77,8 @@ def test_the_translation_experiments_record_what_the_solutions_quote(written):
 
 def test_the_same_seed_gives_the_same_numbers(written):
     data = json.loads((written / "exercises.json").read_text())["exercises"]
-    for name in ("ex-05-heads-width", "ex-06-too-good", "ex-07-rope-length"):
+    for name in ("ex-05-heads-width", "ex-06-too-good", "ex-07-rope-length",
+                 "ex-08-warmup-experiment"):
         assert exercise_runs.run(name, tiny=True)["runs"] == data[name]["runs"]
 
 
@@ -153,3 +160,27 @@ def test_rope_is_the_graders_rotation_and_the_window_hides_far_keys():
     torch.testing.assert_close(torch.diagonal(scores, 3, -2, -1),
                                torch.full((17,), scores[0, 0, 0, 3].item())[None, None])
     assert plain(x, key_mask=mask)[0].shape == (1, 12, 8)
+
+
+def test_train_reversal_is_chapter_8s_loop_with_a_constant_learning_rate():
+    """The chapter's train_reversal steps a LambdaLR whose factor is 1 without warm-up: the same
+    updates as plain Adam, so the command's losses are the chapter's."""
+    s = exercise_runs.WARMUP | {"steps": 4}
+    ours = exercise_runs.train_reversal(s, norm_first=False, seed=1, lr=1e-2, n_layers=1)
+    torch.manual_seed(1)
+    cfg = TransformerConfig(vocab_size=14, **(s["model"] | {"n_layers": 1}))
+    model = exercise_runs.Transformer(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    gen, losses = torch.Generator().manual_seed(1), []
+    model.train()
+    for _ in range(4):
+        b = exercise_runs.make_reverse_batch(32, 4, 8, 10, generator=gen)
+        loss = exercise_runs.translation_loss(model(b.src, b.src_mask, b.tgt_in, b.tgt_mask),
+                                              b.tgt_out)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    assert ours == losses

@@ -16,6 +16,10 @@ thread, and 3 seeds wherever it compares settings:
   and its self-attention replaced by rotary attention (the solution's ``RotaryAttention``), plain
   and restricted to a window of ``|t - i| < 16``, trained as the chapter trains its encoders (600
   steps, lengths 8-16); per-token accuracy on the look-back task at lengths 4 to 48 and 200.
+* ``ex-08-warmup-experiment`` (chapter 8): the chapter's ``train_reversal`` (its tiny
+  Transformer, 200 steps of Adam without warm-up on reversals of 4-8 symbols) for post-LN and
+  pre-LN at learning rates 1e-3, 3e-3 and 1e-2, with 3 and with 6 layers; the mean loss of the
+  last 50 steps per seed (3 layers at 1e-2 is the chapter's own experiment, repeated).
 * ``ex-09-beam-width`` (chapter 9): the model chapter 9 has at that point (cpu-tiny, the first
   300 of its 1,200 steps; seed 0 is the notebook's own, trained again identically, and seeds 1
   and 2 the same recipe), then BLEU, brevity penalty and mean output length on the first 300
@@ -29,8 +33,8 @@ thread, and 3 seeds wherever it compares settings:
 The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
 min and max over seeds, the command, date, wall and CPU time, threads, versions and hardware
 (the CPU time shows the work when other jobs share the machine: the committed file took 21
-minutes of CPU and 40 of wall time on the book's busy 2-core VM, and ex-07-rope-length half a
-minute of CPU more); ``--only``
+minutes of CPU and 40 of wall time on the book's busy 2-core VM; ex-07-rope-length and
+ex-08-warmup-experiment, added with ``--only``, half a minute and 4 minutes more); ``--only``
 replaces the named exercises' entries and keeps the others. ``--tiny`` runs every experiment at
 a few steps (what the tests run): its numbers mean nothing and say so (``"scale": "tiny"``).
 """
@@ -51,6 +55,7 @@ import torch
 import torch.nn.functional as F
 
 from . import PAD_ID
+from .batching import translation_loss
 from .bleu import bleu
 from .cli import Parser, add_common, fail
 from .data import DataError, load_multi30k
@@ -63,7 +68,9 @@ from .tasks import (NeighbourReader, greedy_generate, make_caesar_copy_task, mak
                     make_neighbour_batch, task_accuracy, train_on_task)
 from .tokenizer import TokenizerError
 from .train import train
-from .transformer import SelfAttentionStack, TransformerConfig
+from .toy import make_batch as make_reverse_batch
+from .toy import vocab_size as toy_vocab_size
+from .transformer import SelfAttentionStack, Transformer, TransformerConfig
 from .utils import versions
 
 SEEDS = (0, 1, 2)
@@ -78,6 +85,9 @@ ROPE_LENGTH = dict(offset=2, n_symbols=8, min_len=8, l_train=16, steps=600, lr=5
                    batch_size=64, windows=[None, 16], lengths=list(range(4, 49, 4)) + [200],
                    n_batches=2, seeds=SEEDS,
                    model=dict(d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0, max_len=48))
+WARMUP = dict(n_symbols=10, min_len=4, max_len=8, steps=200, batch_size=32, lrs=[1e-3, 3e-3, 1e-2],
+              layers=[3, 6], seeds=SEEDS,
+              model=dict(d_model=64, h=4, d_ff=128, n_layers=3, dropout=0.0, max_len=32))
 BEAM_WIDTH = dict(preset="cpu-tiny", steps=300, sentences=300, beams=[1, 2, 4, 8, 16],
                   alphas=[0.0, 0.6], seeds=SEEDS)
 WHOLE_SEQUENCE = dict(preset="cpu-tiny", steps=200, sentences=300, beam=4, alpha=0.6,
@@ -86,6 +96,7 @@ TINY = {"ex-05-heads-width": dict(runs=[(2, 8, 3), (1, 8, 6)], seeds=(0, 1)),
         "ex-06-plain-copy": dict(steps=3, n_test=16, seeds=(0, 1)),
         "ex-06-too-good": dict(steps=3, n_test=16, seeds=(0, 1)),
         "ex-07-rope-length": dict(steps=3, lengths=[4, 24], n_batches=1, seeds=(0, 1)),
+        "ex-08-warmup-experiment": dict(steps=3, lrs=[1e-2], layers=[1], seeds=(0,)),
         "ex-09-beam-width": dict(preset="smoke", steps=3, sentences=6, beams=[1, 2], seeds=(0,)),
         "ex-10-whole-sequence-loss": dict(preset="smoke", steps=3, sentences=6, beam=2,
                                           seeds=(0,))}
@@ -257,6 +268,51 @@ def rope_length(s: dict, work: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 8: where does post-LN break?
+
+def train_reversal(s: dict, norm_first: bool, seed: int, lr: float, n_layers: int) -> list[float]:
+    """Chapter 8's ``train_reversal`` without warm-up: its tiny Transformer (``toy_cfg`` with
+    ``n_layers`` and ``norm_first``), Adam, reversals of min_len..max_len symbols; the loss of
+    every step."""
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=toy_vocab_size(s["n_symbols"]),
+                            **(s["model"] | {"n_layers": n_layers, "norm_first": norm_first}))
+    model = Transformer(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for _ in range(s["steps"]):
+        b = make_reverse_batch(s["batch_size"], s["min_len"], s["max_len"], s["n_symbols"],
+                               generator=gen)
+        loss = translation_loss(model(b.src, b.src_mask, b.tgt_in, b.tgt_mask), b.tgt_out)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def warmup_experiment(s: dict, work: Path) -> dict:
+    """The mean loss of the last 50 steps of train_reversal for each depth, learning rate,
+    LayerNorm placement and seed."""
+    runs = []
+    for n_layers in s["layers"]:
+        for lr in s["lrs"]:
+            for norm_first in (False, True):
+                for seed in s["seeds"]:
+                    losses = train_reversal(s, norm_first, seed, lr, n_layers)
+                    runs.append(dict(n_layers=n_layers, lr=lr, norm="pre" if norm_first else "post",
+                                     seed=seed, last50=float(np.mean(losses[-50:]))))
+                    print(f"  {n_layers} layers lr {lr:g} {runs[-1]['norm']}-LN seed {seed}: "
+                          f"{runs[-1]['last50']:.3f}", flush=True)
+    summary = [dict(n_layers=n, lr=lr, norm=norm, last50=spread(
+        [r["last50"] for r in runs if (r["n_layers"], r["lr"], r["norm"]) == (n, lr, norm)]))
+        for n in s["layers"] for lr in s["lrs"] for norm in ("post", "pre")]
+    return {"runs": runs, "summary": summary}
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 9: beam width and length penalty
 
 def beam_width(s: dict, work: Path) -> dict:
@@ -332,6 +388,7 @@ EXPERIMENTS = {"ex-05-heads-width": (heads_width, HEADS_WIDTH),
                "ex-06-plain-copy": (plain_copy, CAESAR),
                "ex-06-too-good": (too_good, CAESAR),
                "ex-07-rope-length": (rope_length, ROPE_LENGTH),
+               "ex-08-warmup-experiment": (warmup_experiment, WARMUP),
                "ex-09-beam-width": (beam_width, BEAM_WIDTH),
                "ex-10-whole-sequence-loss": (whole_sequence, WHOLE_SEQUENCE)}
 

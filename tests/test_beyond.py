@@ -178,3 +178,53 @@ def test_mixer_model_runs_on_reversal():
         model = mixer_model(cfg, kind)
         acc = reversal_accuracy(model, [2, 3], n_symbols=5, n_per_length=8)
         assert acc["length"] == [2, 3] and all(0 <= a <= 1 for a in acc["exact"] + acc["token"])
+
+
+def test_the_reversal_runs_live_in_the_library_and_the_command_uses_them():
+    import ast
+    import inspect
+
+    from attnbook import beyond, beyond_runs
+
+    assert beyond_runs.REVERSAL is beyond.REVERSAL and beyond_runs.run_reversal is beyond.run_reversal
+    assert beyond_runs.reversal_config is beyond.reversal_config
+    imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(beyond)))
+                if isinstance(node, ast.ImportFrom)}
+    assert "beyond_runs" not in imported             # the library never imports the command
+    # a variant replaces the mixer of every block, after the seeded model is built
+    run = beyond_runs.run_variant("recurrent-state-256", 0, steps=2)
+    assert run["variant"] == "recurrent-state-256" and run["mixer"] == "recurrent"
+    plain = beyond.run_reversal("recurrent", 0, steps=2)
+    assert run["params"] > plain["params"] and len(run["exact"]) == len(beyond.REVERSAL["lengths"])
+
+
+def test_only_puts_one_part_into_the_file_and_keeps_the_others(tmp_path, capsys):
+    import json
+
+    from attnbook import beyond_runs
+
+    out = tmp_path / "beyond.json"
+    tiny = ["--out", str(out), "--steps", "2", "--seeds", "0"]
+    assert beyond_runs.main([*tiny, "--only", "reversal"]) == 0
+    before = json.loads(out.read_text())
+    assert beyond_runs.main([*tiny, "--only", "variants"]) == 0
+    after = json.loads(out.read_text())
+    assert after["reversal"] == before["reversal"]
+    assert {k: after[k] for k in ("command", "environment", "wall_time_s", "seeds")} == \
+        {k: before[k] for k in ("command", "environment", "wall_time_s", "seeds")}
+    variants = after["variants"]
+    assert [(r["variant"], r["seed"]) for r in variants["runs"]] == \
+        [(name, 0) for name in beyond_runs.VARIANTS]
+    assert variants["settings"]["steps"] == 2 and variants["call"]["command"].endswith(
+        "--only variants")
+    for r in variants["runs"]:
+        assert len(r["exact"]) == len(beyond_runs.REVERSAL["lengths"])
+    # another set of seeds, or a damaged file: one line, exit status 2, the file untouched
+    assert beyond_runs.main(["--out", str(out), "--steps", "2", "--seeds", "0", "1",
+                             "--only", "variants"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert json.loads(out.read_text()) == after
+    out.write_text("{not json")
+    assert beyond_runs.main([*tiny, "--only", "variants"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not valid JSON" in err and out.read_text() == "{not json"

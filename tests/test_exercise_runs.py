@@ -14,7 +14,8 @@ from attnbook.lm import DecoderOnlyTranslator
 from attnbook.transformer import TransformerConfig
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
-NO_DATA = ["ex-05-heads-width", "ex-06-plain-copy", "ex-06-too-good"]
+NO_DATA = ["ex-05-heads-width", "ex-06-plain-copy", "ex-06-too-good", "ex-07-rope-length",
+           "ex-08-warmup-experiment"]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,16 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
     assert [s["h"] for s in heads["summary"]] == [h for h, _, _ in heads["settings"]["runs"]]
     copy = data["exercises"]["ex-06-plain-copy"]["summary"]
     assert set(copy) == {"none", "causal"} and set(copy["none"]) == {"loss", "letters", "answers"}
+    rope = data["exercises"]["ex-07-rope-length"]
+    assert [(r["window"], r["seed"]) for r in rope["runs"]] == [(None, 0), (None, 1), (16, 0), (16, 1)]
+    assert rope["lengths"] == [4, 24] and all(len(r["accuracy"]) == 2 for r in rope["runs"])
+    assert [(x["window"], x["length"]) for x in rope["summary"]] == [(None, 4), (None, 24),
+                                                                    (16, 4), (16, 24)]
+    warm = data["exercises"]["ex-08-warmup-experiment"]
+    assert [(r["n_layers"], r["lr"], r["norm"], r["seed"]) for r in warm["runs"]] == \
+        [(1, 1e-2, "post", 0), (1, 1e-2, "pre", 0)]
+    assert [(x["norm"], x["last50"]["mean"]) for x in warm["summary"]] == \
+        [(r["norm"], round(r["last50"], 4)) for r in warm["runs"]]
 
 
 @needs_data
@@ -66,7 +77,8 @@ def test_the_translation_experiments_record_what_the_solutions_quote(written):
 
 def test_the_same_seed_gives_the_same_numbers(written):
     data = json.loads((written / "exercises.json").read_text())["exercises"]
-    for name in ("ex-05-heads-width", "ex-06-too-good"):
+    for name in ("ex-05-heads-width", "ex-06-too-good", "ex-07-rope-length",
+                 "ex-08-warmup-experiment"):
         assert exercise_runs.run(name, tiny=True)["runs"] == data[name]["runs"]
 
 
@@ -126,3 +138,49 @@ def test_the_off_by_one_mask_shows_each_position_the_next_token_and_no_further()
         later_changed[:, t + 2:] = (ids[:, t + 2:] - 3) % 8 + 4
         assert not torch.allclose(model(next_changed)[:, t], out[:, t])     # sees t + 1 ...
         torch.testing.assert_close(model(later_changed)[:, :t + 1], out[:, :t + 1])  # ... no more
+
+
+def test_rope_is_the_graders_rotation_and_the_window_hides_far_keys():
+    from attnbook.graders.ch07_positional_encoding import _ch07_rope
+
+    x = torch.randn(2, 3, 10, 8, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(exercise_runs.rope(x, torch.arange(10)), _ch07_rope(x, torch.arange(10)))
+    torch.manual_seed(0)
+    attn = exercise_runs.RotaryAttention(8, 2, window=3).eval()
+    x, mask = torch.randn(1, 12, 8), torch.ones(1, 12, dtype=torch.bool)
+    out = attn(x, key_mask=mask)[0]
+    far = x.clone()
+    far[:, 9:] += 1.0                                      # keys 9.. are 3 or more from query 6
+    torch.testing.assert_close(attn(far, key_mask=mask)[0][:, :7], out[:, :7])
+    assert not torch.allclose(attn(far, key_mask=mask)[0][:, 7], out[:, 7])
+    # the score of a query and a key depends on their distance only (no window)
+    plain = exercise_runs.RotaryAttention(8, 2).eval()
+    q = exercise_runs.rope(torch.ones(1, 1, 20, 4), torch.arange(20))
+    scores = q @ q.transpose(-1, -2)                       # (1, 1, 20, 20)
+    torch.testing.assert_close(torch.diagonal(scores, 3, -2, -1),
+                               torch.full((17,), scores[0, 0, 0, 3].item())[None, None])
+    assert plain(x, key_mask=mask)[0].shape == (1, 12, 8)
+
+
+def test_train_reversal_is_chapter_8s_loop_with_a_constant_learning_rate():
+    """The chapter's train_reversal steps a LambdaLR whose factor is 1 without warm-up: the same
+    updates as plain Adam, so the command's losses are the chapter's."""
+    s = exercise_runs.WARMUP | {"steps": 4}
+    ours = exercise_runs.train_reversal(s, norm_first=False, seed=1, lr=1e-2, n_layers=1)
+    torch.manual_seed(1)
+    cfg = TransformerConfig(vocab_size=14, **(s["model"] | {"n_layers": 1}))
+    model = exercise_runs.Transformer(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    gen, losses = torch.Generator().manual_seed(1), []
+    model.train()
+    for _ in range(4):
+        b = exercise_runs.make_reverse_batch(32, 4, 8, 10, generator=gen)
+        loss = exercise_runs.translation_loss(model(b.src, b.src_mask, b.tgt_in, b.tgt_mask),
+                                              b.tgt_out)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    assert ours == losses

@@ -16,8 +16,9 @@ matplotlib.use("Agg")
 from attnbook import toy_seeds
 from attnbook.plotting import plot_accuracy_spread
 from attnbook.rnn import Seq2Seq
-from attnbook.toy import (PART1, accuracy_by_length, check_stored_run, greedy_tokens, make_batch,
-                          reversal_alignment, run_difference, train_toy, vocab_size)
+from attnbook.toy import (PART1, accuracy_by_length, check_stored_run, copy_alignment,
+                          greedy_tokens, make_batch, reversal_alignment, run_difference,
+                          train_toy, vocab_size)
 from attnbook.utils import deterministic, made_on_this_machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,3 +173,54 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
         assert r["steps"] == spec["steps"] and r["length"] == LENGTHS
         assert len(r["loss_blocks"]) == spec["steps"] // toy_seeds.BLOCK
     assert set(result["predict_cost"]["ms_per_step"]) == set(toy_seeds.COST)
+
+
+def test_merge_puts_runs_into_the_file_and_keeps_the_rest(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["--results", "out", "--tiny", "--seeds", "0", "--no-timing"]
+    assert toy_seeds.main([*base, "--runs", "no-attention", "additive"]) == 0
+    before = json.loads((tmp_path / "out" / "toy_seeds.json").read_text())
+    assert toy_seeds.main([*base, "--runs", "copy", "--merge"]) == 0
+    after = json.loads((tmp_path / "out" / "toy_seeds.json").read_text())
+    assert [(r["name"], r["seed"]) for r in after["runs"]] == \
+        [("no-attention", 0), ("additive", 0), ("copy", 0)]
+    assert after["runs"][:2] == before["runs"]
+    assert {k: after[k] for k in ("command", "date", "environment", "wall_time_s")} == \
+        {k: before[k] for k in ("command", "date", "environment", "wall_time_s")}
+    assert list(after["run_specs"]) == list(after["spread"]) == ["no-attention", "additive", "copy"]
+    assert after["run_specs"]["copy"]["task"] == "copy"
+    [call] = after["merged"]
+    assert call["runs"] == ["copy"] and call["command"].endswith("--runs copy --merge")
+    assert set(after["runs"][2]["alignment"]) == {"largest", "diagonal", "left", "right", "band"}
+    # merging a run again replaces it, and the second call is recorded too
+    assert toy_seeds.main([*base, "--runs", "copy", "--merge"]) == 0
+    again = json.loads((tmp_path / "out" / "toy_seeds.json").read_text())
+    timeless = [[{k: v for k, v in r.items() if k not in ("train_seconds", "ms_per_step")}
+                 for r in result["runs"]] for result in (again, after)]
+    assert timeless[0] == timeless[1] and len(again["merged"]) == 2
+    # what --merge refuses, in one line each
+    for argv in ([*base[:-1], "--runs", "copy", "--merge"],                  # timing on
+                 ["--results", "nowhere", "--tiny", "--seeds", "0", "--no-timing", "--merge"],
+                 ["--results", "out", "--tiny", "--seeds", "0", "1", "--no-timing", "--merge"],
+                 ["--results", "out", "--seeds", "0", "--no-timing", "--merge"]):   # full scale
+        with pytest.raises(SystemExit) as e:
+            toy_seeds.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert json.loads((tmp_path / "out" / "toy_seeds.json").read_text()) == again
+
+
+def test_copy_alignment_reads_the_main_diagonal_and_its_two_neighbours():
+    deterministic(0)
+    model = Seq2Seq(vocab_size(TASK["n_symbols"]), d_model=16, attention=True)
+    train_toy(model, **(TASK | {"task": "copy"}), **(PART1["train"] | {"steps": 2}))
+    a = copy_alignment(model, TASK["n_symbols"], length=6, n=8)
+    assert a["band"] == pytest.approx(a["diagonal"] + a["left"] + a["right"])
+    L = 6
+    test = make_batch(8, L, L, TASK["n_symbols"], task="copy",
+                      generator=torch.Generator().manual_seed(5))
+    _, w = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1, return_attention=True)
+    w = w[:, :L]
+    rows = torch.arange(w.shape[1])
+    assert a["diagonal"] == pytest.approx(w[:, rows, rows].mean().item())
+    assert a["left"] == pytest.approx(w[:, rows[1:], rows[1:] - 1].sum(-1).mean().item() / w.shape[1])

@@ -26,6 +26,7 @@ Shapes follow book/notation.md; masks are True where attention is allowed (a rea
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable, NamedTuple, Sequence
 
 import torch
@@ -38,7 +39,9 @@ from .lm import prompt_target_example
 from .mha import MultiHeadAttention
 from .schedules import warmup_cosine_scheduler
 from .toy import make_batch as toy_batch
+from .toy import vocab_size
 from .transformer import SelfAttentionStack, TransformerConfig
+from .utils import count_parameters, deterministic
 
 MIXERS = ("softmax", "linear", "recurrent")
 
@@ -470,3 +473,47 @@ def reversal_accuracy(model: nn.Module, lengths: Sequence[int], n_symbols: int,
         out["token"].append(right[:, :L].float().mean().item())
     model.train(was_training)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 11's reversal experiment: its settings and one run (``python -m attnbook.beyond_runs``
+# makes every run; the chapter and its exercises use the same settings)
+
+REVERSAL = dict(n_symbols=8, min_len=1, max_len=16, steps=1500, batch_size=32, lr=3e-3,
+                lengths=list(range(2, 17, 2)), n_per_length=200,
+                model=dict(d_model=32, h=1, d_ff=64, n_layers=1, dropout=0.0, norm_first=True,
+                           positional="sinusoidal", max_len=64))
+
+
+def reversal_config() -> TransformerConfig:
+    """The reversal model's configuration: one block, d_model 32, one head."""
+    return TransformerConfig(vocab_size=vocab_size(REVERSAL["n_symbols"]), **REVERSAL["model"])
+
+
+def run_reversal(kind: str, seed: int, mixer: Callable[[], nn.Module] | None = None,
+                 steps: int | None = None) -> dict:
+    """Train one reversal model; its accuracy by length, parameters and training seconds.
+
+    ``deterministic(seed)``, then ``mixer_model(reversal_config(), kind)``; with ``mixer``, the
+    mixer of every block is then replaced by ``mixer()`` (the exercises' variants, e.g.
+    ``lambda: LinearAttention(32, 4)``). The data order comes from ``seed`` too. ``steps``:
+    fewer than REVERSAL's, for the tests.
+    """
+    r = REVERSAL
+    deterministic(seed)
+    model = mixer_model(reversal_config(), kind)
+    if mixer is not None:
+        for block in model.blocks:
+            block.self_attn = mixer()
+    gen = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    losses = train_model(model, lambda step: reversal_batch(r["batch_size"], r["min_len"],
+                                                            r["max_len"], r["n_symbols"], gen),
+                         steps or r["steps"], lr=r["lr"])
+    seconds = time.perf_counter() - start
+    acc = reversal_accuracy(model, r["lengths"], r["n_symbols"], r["n_per_length"])
+    last = losses[-50:]
+    return {"mixer": kind, "seed": seed, "params": count_parameters(model),
+            "train_seconds": round(seconds, 2), "final_loss": round(sum(last) / len(last), 4),
+            "exact": [round(a, 4) for a in acc["exact"]],
+            "token": [round(a, 4) for a in acc["token"]]}

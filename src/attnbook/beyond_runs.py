@@ -1,16 +1,25 @@
 """The training runs of chapter 11: three token mixers, three seeds each, on two of the book's
 tasks.
 
-    python -m attnbook.beyond_runs --out results/cpu/beyond.json   # 17 minutes on a busy 2-core VM
+    python -m attnbook.beyond_runs --out results/cpu/beyond.json   # 24 minutes on a busy 2-core VM
 
 1. **Reversal** (chapter 1's task as one sequence, :func:`attnbook.beyond.reversal_batch`):
    exact-match and per-token accuracy by length for softmax attention, linear attention and the
    gated recurrence, each in the same one-block decoder-only model.
 2. **Language model** (chapter 10's captions, model and recipe): validation loss of the same
    three mixers in chapter 10's two-block model after 320 steps.
+3. **Variants** (the exercises ex-11-state-size and ex-11-more-state): the reversal model with
+   its mixer replaced by ``LinearAttention(32, 4)`` (4 heads) or ``GatedRecurrence(32,
+   d_state=256)`` (eight times the state), trained and scored like the reversal runs.
 
-Each (task, mixer, seed) trains from its own seed on the same data order for that seed. The JSON
-names the settings, the versions and hardware, and the wall time; the notebook loads it.
+Each (task, mixer, seed) trains from its own seed on the same data order for that seed (the
+reversal settings and the run are the library's, :data:`attnbook.beyond.REVERSAL` and
+:func:`attnbook.beyond.run_reversal`). The JSON names the settings, the versions and hardware,
+and the wall time; the notebook loads it. ``--only PART`` runs only that part (``reversal``,
+``lm`` or ``variants``; repeatable) and puts it into the existing file, whose other parts and
+top-level record stay; the part then records the call that made it (its ``"call"``):
+
+    python -m attnbook.beyond_runs --out results/cpu/beyond.json --only variants
 """
 from __future__ import annotations
 
@@ -25,43 +34,26 @@ import torch
 
 from . import PAD_ID
 from .batching import translation_loss
-from .beyond import MIXERS, mixer_model, reversal_accuracy, reversal_batch, train_model
+from .beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
+                     reversal_config, run_reversal, train_model)
+from .cli import fail
 from .data import load_multi30k
 from .lm import lm_batches
 from .tokenizer import multi30k_tokenizer
-from .toy import vocab_size
 from .transformer import TransformerConfig
 from .utils import count_parameters, deterministic, versions
 
+__all__ = ["REVERSAL", "reversal_config", "run_reversal", "main"]   # reversal_*: from beyond
+
 SEEDS = (0, 1, 2)
-REVERSAL = dict(n_symbols=8, min_len=1, max_len=16, steps=1500, batch_size=32, lr=3e-3,
-                lengths=list(range(2, 17, 2)), n_per_length=200,
-                model=dict(d_model=32, h=1, d_ff=64, n_layers=1, dropout=0.0, norm_first=True,
-                           positional="sinusoidal", max_len=64))
 LM = dict(vocab=4000, steps=320, warmup=32, lr=3e-3, max_tokens=1536, n_val=500,
           model=dict(d_model=64, h=4, d_ff=256, n_layers=2, dropout=0.0, norm_first=True))
-
-
-def reversal_config() -> TransformerConfig:
-    return TransformerConfig(vocab_size=vocab_size(REVERSAL["n_symbols"]), **REVERSAL["model"])
-
-
-def run_reversal(kind: str, seed: int) -> dict:
-    """Train one reversal model; its accuracy by length, parameters and training seconds."""
-    r = REVERSAL
-    deterministic(seed)
-    model = mixer_model(reversal_config(), kind)
-    gen = torch.Generator().manual_seed(seed)
-    start = time.perf_counter()
-    losses = train_model(model, lambda step: reversal_batch(r["batch_size"], r["min_len"],
-                                                            r["max_len"], r["n_symbols"], gen),
-                         r["steps"], lr=r["lr"])
-    seconds = time.perf_counter() - start
-    acc = reversal_accuracy(model, r["lengths"], r["n_symbols"], r["n_per_length"])
-    return {"mixer": kind, "seed": seed, "params": count_parameters(model),
-            "train_seconds": round(seconds, 2), "final_loss": round(sum(losses[-50:]) / 50, 4),
-            "exact": [round(a, 4) for a in acc["exact"]],
-            "token": [round(a, 4) for a in acc["token"]]}
+# The exercises' variants of the reversal model: name -> (mixer kind, the mixer put in its block)
+VARIANTS = {
+    "linear-4-heads": ("linear", lambda: LinearAttention(32, 4)),             # ex-11-state-size
+    "recurrent-state-256": ("recurrent", lambda: GatedRecurrence(32, d_state=256)),  # ex-11-more-state
+}
+PARTS = ("reversal", "lm", "variants")
 
 
 def caption_data():
@@ -111,36 +103,85 @@ def run_lm(kind: str, seed: int, train_batches, val_batches) -> dict:
             "val_loss": round(validation_loss(model, val_batches), 4)}
 
 
+def run_variant(name: str, seed: int, steps: int | None = None) -> dict:
+    """One run of :data:`VARIANTS`: the reversal model with the variant's mixer."""
+    kind, mixer = VARIANTS[name]
+    return {"variant": name} | run_reversal(kind, seed, mixer=mixer, steps=steps)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     p.add_argument("--note", default="", help="a note stored with the results")
+    p.add_argument("--only", action="append", choices=PARTS, metavar="PART",
+                   help="run only this part and keep the file's others (repeatable): "
+                        + ", ".join(PARTS))
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), metavar="SEED",
+                   help="seeds (default: 0 1 2)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps of each reversal run instead of REVERSAL's (the tests)")
     args = p.parse_args(argv)
+    parts = args.only or list(PARTS)
+    old = {}
+    if args.only and args.out.is_file():
+        try:
+            old = json.loads(args.out.read_text())
+        except json.JSONDecodeError as e:
+            return fail(f"{args.out} is not valid JSON ({e.msg}); move it away, or run "
+                        "without --only")
+        if old.get("seeds") != args.seeds:
+            return fail(f"{args.out} has seeds {old.get('seeds')}: give the same --seeds")
     torch.set_num_threads(args.threads)
+    command = shlex.join(["python", "-m", "attnbook.beyond_runs",
+                          *(sys.argv[1:] if argv is None else argv)])
+    reversal_settings = REVERSAL | ({"steps": args.steps} if args.steps else {})
     start = time.perf_counter()
-    reversal = []
-    for seed in SEEDS:
-        for kind in MIXERS:
-            reversal.append(run_reversal(kind, seed))
-            print(f"reversal {kind:9s} seed {seed}: exact {reversal[-1]['exact']} "
-                  f"({reversal[-1]['train_seconds']:.0f} s)", flush=True)
-    train_batches, val_batches = caption_data()
-    lm = []
-    for seed in SEEDS:
-        for kind in MIXERS:
-            lm.append(run_lm(kind, seed, train_batches, val_batches))
-            print(f"lm {kind:9s} seed {seed}: validation loss {lm[-1]['val_loss']:.3f} "
-                  f"({lm[-1]['train_seconds']:.0f} s)", flush=True)
-    result = {"command": shlex.join(["python", "-m", "attnbook.beyond_runs",
-                                     *(sys.argv[1:] if argv is None else argv)]),
-              "note": args.note, "environment": versions(),
-              "wall_time_s": round(time.perf_counter() - start, 1), "seeds": list(SEEDS),
-              "reversal": {"settings": REVERSAL, "runs": reversal},
-              "lm": {"settings": LM, "runs": lm}}
+    result = {}
+    for part in parts:
+        part_start = time.perf_counter()
+        if part == "reversal":
+            runs = []
+            for seed in args.seeds:
+                for kind in MIXERS:
+                    runs.append(run_reversal(kind, seed, steps=args.steps))
+                    print(f"reversal {kind:9s} seed {seed}: exact {runs[-1]['exact']} "
+                          f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
+            result[part] = {"settings": reversal_settings, "runs": runs}
+        elif part == "lm":
+            train_batches, val_batches = caption_data()
+            runs = []
+            for seed in args.seeds:
+                for kind in MIXERS:
+                    runs.append(run_lm(kind, seed, train_batches, val_batches))
+                    print(f"lm {kind:9s} seed {seed}: validation loss {runs[-1]['val_loss']:.3f} "
+                          f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
+            result[part] = {"settings": LM, "runs": runs}
+        else:
+            runs = []
+            for name in VARIANTS:
+                for seed in args.seeds:
+                    runs.append(run_variant(name, seed, steps=args.steps))
+                    print(f"variant {name} seed {seed}: exact {runs[-1]['exact']} "
+                          f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
+            result[part] = {"settings": reversal_settings,
+                            "mixers": {"linear-4-heads": "LinearAttention(32, 4)",
+                                       "recurrent-state-256": "GatedRecurrence(32, d_state=256)"},
+                            "runs": runs}
+        if args.only:
+            result[part]["call"] = {"command": command, "note": args.note,
+                                    "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                                    "environment": versions(),
+                                    "wall_time_s": round(time.perf_counter() - part_start, 1)}
+    if old:
+        result = old | result
+    else:
+        result = {"command": command, "note": args.note, "environment": versions(),
+                  "wall_time_s": round(time.perf_counter() - start, 1),
+                  "seeds": list(args.seeds)} | result
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out} in {result['wall_time_s']:.0f} s")
+    print(f"wrote {args.out} ({', '.join(parts)}) in {time.perf_counter() - start:.0f} s")
     return 0
 
 

@@ -12,6 +12,14 @@ thread, and 3 seeds wherever it compares settings:
   without the causal mask, 400 steps; teacher-forced loss, generated letters and whole answers.
 * ``ex-06-too-good`` (chapter 6): the chapter's Caesar copy with the off-by-one mask
   ``tril(diagonal=1)`` (query t also sees key t + 1); the same measurements.
+* ``ex-07-rope-length`` (chapter 7): the chapter's one-layer encoder with ``positional="none"``
+  and its self-attention replaced by rotary attention (the solution's ``RotaryAttention``), plain
+  and restricted to a window of ``|t - i| < 16``, trained as the chapter trains its encoders (600
+  steps, lengths 8-16); per-token accuracy on the look-back task at lengths 4 to 48 and 200.
+* ``ex-08-warmup-experiment`` (chapter 8): the chapter's ``train_reversal`` (its tiny
+  Transformer, 200 steps of Adam without warm-up on reversals of 4-8 symbols) for post-LN and
+  pre-LN at learning rates 1e-3, 3e-3 and 1e-2, with 3 and with 6 layers; the mean loss of the
+  last 50 steps per seed (3 layers at 1e-2 is the chapter's own experiment, repeated).
 * ``ex-09-beam-width`` (chapter 9): the model chapter 9 has at that point (cpu-tiny, the first
   300 of its 1,200 steps; seed 0 is the notebook's own, trained again identically, and seeds 1
   and 2 the same recipe), then BLEU, brevity penalty and mean output length on the first 300
@@ -25,7 +33,8 @@ thread, and 3 seeds wherever it compares settings:
 The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
 min and max over seeds, the command, date, wall and CPU time, threads, versions and hardware
 (the CPU time shows the work when other jobs share the machine: the committed file took 21
-minutes of CPU and 40 of wall time on the book's busy 2-core VM); ``--only``
+minutes of CPU and 40 of wall time on the book's busy 2-core VM; ex-07-rope-length and
+ex-08-warmup-experiment, added with ``--only``, half a minute and 4 minutes more); ``--only``
 replaces the named exercises' entries and keeps the others. ``--tiny`` runs every experiment at
 a few steps (what the tests run): its numbers mean nothing and say so (``"scale": "tiny"``).
 """
@@ -46,6 +55,7 @@ import torch
 import torch.nn.functional as F
 
 from . import PAD_ID
+from .batching import translation_loss
 from .bleu import bleu
 from .cli import Parser, add_common, fail
 from .data import DataError, load_multi30k
@@ -54,11 +64,13 @@ from .lm import lm_loss, token_positions
 from .mha import MultiHeadAttention
 from .recipe import preset
 from .runs import load_run
-from .tasks import (NeighbourReader, greedy_generate, make_caesar_copy_task, make_neighbour_batch,
-                    task_accuracy, train_on_task)
+from .tasks import (NeighbourReader, greedy_generate, make_caesar_copy_task, make_lookback_task,
+                    make_neighbour_batch, task_accuracy, train_on_task)
 from .tokenizer import TokenizerError
 from .train import train
-from .transformer import SelfAttentionStack, TransformerConfig
+from .toy import make_batch as make_reverse_batch
+from .toy import vocab_size as toy_vocab_size
+from .transformer import SelfAttentionStack, Transformer, TransformerConfig
 from .utils import versions
 
 SEEDS = (0, 1, 2)
@@ -69,6 +81,13 @@ HEADS_WIDTH = dict(runs=[(16, 64, 500), (32, 32, 500), (1, 64, 500), (1, 32, 150
 CAESAR = dict(k=4, n_symbols=8, steps=400, lr=3e-3, batch_size=64, n_test=1000, test_seed=2024,
               seeds=SEEDS, model=dict(d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0,
                                       max_len=16, tie_embeddings=False))
+ROPE_LENGTH = dict(offset=2, n_symbols=8, min_len=8, l_train=16, steps=600, lr=5e-3,
+                   batch_size=64, windows=[None, 16], lengths=list(range(4, 49, 4)) + [200],
+                   n_batches=2, seeds=SEEDS,
+                   model=dict(d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0, max_len=48))
+WARMUP = dict(n_symbols=10, min_len=4, max_len=8, steps=200, batch_size=32, lrs=[1e-3, 3e-3, 1e-2],
+              layers=[3, 6], seeds=SEEDS,
+              model=dict(d_model=64, h=4, d_ff=128, n_layers=3, dropout=0.0, max_len=32))
 BEAM_WIDTH = dict(preset="cpu-tiny", steps=300, sentences=300, beams=[1, 2, 4, 8, 16],
                   alphas=[0.0, 0.6], seeds=SEEDS)
 WHOLE_SEQUENCE = dict(preset="cpu-tiny", steps=200, sentences=300, beam=4, alpha=0.6,
@@ -76,6 +95,8 @@ WHOLE_SEQUENCE = dict(preset="cpu-tiny", steps=200, sentences=300, beam=4, alpha
 TINY = {"ex-05-heads-width": dict(runs=[(2, 8, 3), (1, 8, 6)], seeds=(0, 1)),
         "ex-06-plain-copy": dict(steps=3, n_test=16, seeds=(0, 1)),
         "ex-06-too-good": dict(steps=3, n_test=16, seeds=(0, 1)),
+        "ex-07-rope-length": dict(steps=3, lengths=[4, 24], n_batches=1, seeds=(0, 1)),
+        "ex-08-warmup-experiment": dict(steps=3, lrs=[1e-2], layers=[1], seeds=(0,)),
         "ex-09-beam-width": dict(preset="smoke", steps=3, sentences=6, beams=[1, 2], seeds=(0,)),
         "ex-10-whole-sequence-loss": dict(preset="smoke", steps=3, sentences=6, beam=2,
                                           seeds=(0,))}
@@ -180,6 +201,118 @@ def too_good(s: dict, work: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Chapter 7: does RoPE extrapolate?
+
+def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotate the pairs (2j, 2j + 1) of x (..., T, d) by positions[t] * 10000 ** (-2j / d):
+    rotary position embeddings, chapter 7's ``apply_rope``."""
+    d = x.shape[-1]
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)       # (d/2,)
+    angle = positions.to(torch.float64)[:, None] * omega                       # (T, d/2)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]                                 # (..., T, d/2)
+    return torch.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], -1).flatten(-2)
+
+
+class RotaryAttention(MultiHeadAttention):
+    """ex-07-rope-length's solution: self-attention that rotates its queries and keys by their
+    positions 0 .. T-1 (no positional encoding elsewhere); with ``window``, key i is visible
+    from query t only when |t - i| < window."""
+
+    def __init__(self, d_model: int, h: int, window: int | None = None):
+        super().__init__(d_model, h)
+        self.window = window
+
+    def forward(self, x, context=None, key_mask=None, causal=False, need_weights=False,
+                cache=None):
+        B, T, _ = x.shape
+        pos = torch.arange(T, device=x.device)
+        q = rope(self.split_heads(self.W_q(x)), pos)                  # (B, h, T, d_k)
+        k = rope(self.split_heads(self.W_k(x)), pos)                  # (B, h, T, d_k)
+        v = self.split_heads(self.W_v(x))                             # (B, h, T, d_k)
+        mask = key_mask[:, None, None, :]                             # (B, 1, 1, T)
+        if self.window is not None:
+            mask = mask & ((pos[:, None] - pos[None, :]).abs() < self.window)  # (B, 1, T, T)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.W_o(out.transpose(1, 2).reshape(B, T, self.d_model)), None
+
+
+def rope_length(s: dict, work: Path) -> dict:
+    """Chapter 7's encoder without positions (``build_model("none", seed)``: the same seed, the
+    same config) with each block's self-attention replaced by RotaryAttention, trained on the
+    look-back task as the chapter trains it; per-token accuracy by test length, per seed."""
+    task = make_lookback_task(s["min_len"], s["l_train"], offset=s["offset"],
+                              n_symbols=s["n_symbols"])
+    runs = []
+    for window in s["windows"]:
+        for seed in s["seeds"]:
+            torch.manual_seed(seed)
+            cfg = TransformerConfig(vocab_size=4 + s["n_symbols"], positional="none", **s["model"])
+            model = SelfAttentionStack(cfg, causal=False, n_out=s["n_symbols"] + 1)
+            for block in model.blocks:
+                block.self_attn = RotaryAttention(cfg.d_model, cfg.h, window=window)
+            losses = train_on_task(model, task, steps=s["steps"], lr=s["lr"],
+                                   batch_size=s["batch_size"], seed=seed)
+            with torch.no_grad():
+                acc = [round(task_accuracy(model, make_lookback_task(
+                    L, L, offset=s["offset"], n_symbols=s["n_symbols"]),
+                    n_batches=s["n_batches"])[0], 4) for L in s["lengths"]]
+            runs.append(dict(window=window, seed=seed,
+                             loss=round(float(np.mean(losses[-20:])), 4), accuracy=acc))
+            print(f"  window {window} seed {seed}: loss {runs[-1]['loss']:.3f}, accuracy " +
+                  " ".join(f"{a:.2f}" for a in acc), flush=True)
+    summary = [dict(window=window, length=L, accuracy=spread(
+        [r["accuracy"][i] for r in runs if r["window"] == window]))
+        for window in s["windows"] for i, L in enumerate(s["lengths"])]
+    return {"lengths": s["lengths"], "runs": runs, "summary": summary}
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 8: where does post-LN break?
+
+def train_reversal(s: dict, norm_first: bool, seed: int, lr: float, n_layers: int) -> list[float]:
+    """Chapter 8's ``train_reversal`` without warm-up: its tiny Transformer (``toy_cfg`` with
+    ``n_layers`` and ``norm_first``), Adam, reversals of min_len..max_len symbols; the loss of
+    every step."""
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=toy_vocab_size(s["n_symbols"]),
+                            **(s["model"] | {"n_layers": n_layers, "norm_first": norm_first}))
+    model = Transformer(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for _ in range(s["steps"]):
+        b = make_reverse_batch(s["batch_size"], s["min_len"], s["max_len"], s["n_symbols"],
+                               generator=gen)
+        loss = translation_loss(model(b.src, b.src_mask, b.tgt_in, b.tgt_mask), b.tgt_out)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def warmup_experiment(s: dict, work: Path) -> dict:
+    """The mean loss of the last 50 steps of train_reversal for each depth, learning rate,
+    LayerNorm placement and seed."""
+    runs = []
+    for n_layers in s["layers"]:
+        for lr in s["lrs"]:
+            for norm_first in (False, True):
+                for seed in s["seeds"]:
+                    losses = train_reversal(s, norm_first, seed, lr, n_layers)
+                    runs.append(dict(n_layers=n_layers, lr=lr, norm="pre" if norm_first else "post",
+                                     seed=seed, last50=float(np.mean(losses[-50:]))))
+                    print(f"  {n_layers} layers lr {lr:g} {runs[-1]['norm']}-LN seed {seed}: "
+                          f"{runs[-1]['last50']:.3f}", flush=True)
+    summary = [dict(n_layers=n, lr=lr, norm=norm, last50=spread(
+        [r["last50"] for r in runs if (r["n_layers"], r["lr"], r["norm"]) == (n, lr, norm)]))
+        for n in s["layers"] for lr in s["lrs"] for norm in ("post", "pre")]
+    return {"runs": runs, "summary": summary}
+
+
+# ---------------------------------------------------------------------------------------------
 # Chapter 9: beam width and length penalty
 
 def beam_width(s: dict, work: Path) -> dict:
@@ -254,6 +387,8 @@ def whole_sequence(s: dict, work: Path) -> dict:
 EXPERIMENTS = {"ex-05-heads-width": (heads_width, HEADS_WIDTH),
                "ex-06-plain-copy": (plain_copy, CAESAR),
                "ex-06-too-good": (too_good, CAESAR),
+               "ex-07-rope-length": (rope_length, ROPE_LENGTH),
+               "ex-08-warmup-experiment": (warmup_experiment, WARMUP),
                "ex-09-beam-width": (beam_width, BEAM_WIDTH),
                "ex-10-whole-sequence-loss": (whole_sequence, WHOLE_SEQUENCE)}
 

@@ -238,6 +238,36 @@ def reversal_alignment(model: torch.nn.Module, n_symbols: int, length: int = 20,
             "band": (w * (offset.abs() <= 1)).sum(-1).mean().item()}
 
 
+@torch.no_grad()
+def copy_alignment(model: torch.nn.Module, n_symbols: int, length: int = 20, n: int = 200,
+                   seed: int = 5) -> dict:
+    """How closely a copy model's attention follows the main diagonal (chapter 2's ex-02-copy).
+
+    The copy-task analogue of :func:`reversal_alignment`, on the same test sources: decodes ``n``
+    fresh sources of ``length`` symbols greedily and averages, over the sources and the
+    ``length`` symbol steps (the EOS step left out):
+
+      "largest":  the largest weight of each step (1 for a hard look-up);
+      "diagonal": the weight on the symbol being copied, source position t;
+      "left":     the weight on its left-hand neighbour, t - 1;
+      "right":    the weight on its right-hand neighbour, t + 1;
+      "band":     the weight within one position of the diagonal.
+    """
+    L = length
+    test = make_batch(n, L, L, n_symbols, task="copy",
+                      generator=torch.Generator().manual_seed(seed))
+    _, weights = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1,
+                               return_attention=True)                    # (n, T, S)
+    w = weights[:, :L]                      # (n, L, L); fewer rows if every output stopped early
+    offset = torch.arange(L)[None, :] - torch.arange(L)[:, None]          # (T, S) i - t
+    offset = offset[: w.shape[1]]
+    return {"largest": w.max(-1).values.mean().item(),
+            "diagonal": (w * (offset == 0)).sum(-1).mean().item(),
+            "left": (w * (offset == -1)).sum(-1).mean().item(),
+            "right": (w * (offset == 1)).sum(-1).mean().item(),
+            "band": (w * (offset.abs() <= 1)).sum(-1).mean().item()}
+
+
 def run_difference(stored: dict, acc: dict, history: Sequence[float],
                    alignment: dict | None = None) -> float:
     """The largest absolute difference between a run stored by ``python -m attnbook.toy_seeds``

@@ -15,6 +15,8 @@ of :data:`attnbook.toy.PART1`: ``deterministic(seed)``, then the model, then
   600 steps;
 * ``no-attention-4800`` and ``no-attention-d128``: chapter 1's exercise ex-01-budget, four times
   the steps, or a summary twice as wide (1,200 steps);
+* ``copy``: chapter 2's exercise ex-02-copy, chapter 2's attention model trained and scored on
+  ``task="copy"`` (the target is the source unchanged), 1,200 steps;
 * with ``--timing`` (the default), chapter 3's exercise ex-03-predict-cost: milliseconds per
   training step of four attention models (:func:`step_times`).
 
@@ -22,9 +24,16 @@ Each run records its exact match and per-token accuracy by length, the final tra
 mean of the last 50 steps, as chapter 3 prints it), the loss in blocks of 50 steps, its training
 time; for the models without attention the accuracy of each output position on 20-symbol sources
 (chapter 1's measurement), and for the attention models the statistics of their weights on
-chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`). The JSON also names the
-settings, the date, the hardware, the versions, the threads (1) and the wall time; chapters 1-3
-load it.
+chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`, or
+:func:`attnbook.toy.copy_alignment` for the copy task). The JSON also names the settings, the
+date, the hardware, the versions, the threads (1) and the wall time; chapters 1-3 load it.
+
+``--merge`` runs only the runs named by ``--runs`` and puts them into the existing JSON: its
+other runs, its timing and its top-level record of the call that made it stay as they were, and
+the merging call is recorded under ``"merged"`` (its command, date, hardware, versions, runs and
+times), so each run still names the call that made it:
+
+    python -m attnbook.toy_seeds --results results/cpu --runs copy --no-timing --merge
 """
 from __future__ import annotations
 
@@ -42,8 +51,8 @@ import torch.nn.functional as F
 from . import PAD_ID
 from .cli import Parser, fail
 from .rnn import Seq2Seq
-from .toy import (PART1, accuracy_by_length, greedy_tokens, make_batch, reversal_alignment,
-                  train_toy, vocab_size)
+from .toy import (PART1, accuracy_by_length, copy_alignment, greedy_tokens, make_batch,
+                  reversal_alignment, train_toy, vocab_size)
 from .utils import count_parameters, deterministic, versions
 
 SEEDS = (0, 1, 2)
@@ -61,6 +70,8 @@ RUNS = {
                               shown="chapter 1, ex-01-budget"),
     "no-attention-d128": dict(model=dict(attention=False, d_model=2 * D_MODEL), steps=STEPS,
                               shown="chapter 1, ex-01-budget"),
+    "copy": dict(model=dict(attention=True, score="additive"), steps=STEPS, task="copy",
+                 shown="chapter 2, ex-02-copy"),
 }
 # Chapter 3's exercise ex-03-predict-cost: the time per training step of four attention models
 COST = {"additive-64": dict(score="additive"), "additive-256": dict(score="additive", d_attn=256),
@@ -85,7 +96,8 @@ def accuracy_by_position(model, length: int = 20, n: int = 500, seed: int = 5) -
 def run(name: str, seed: int, tiny: bool = False) -> dict:
     """Train and score run ``name`` (a key of :data:`RUNS`) with ``seed``, as the chapters do."""
     spec = RUNS[name]
-    task, lengths = PART1["task"], PART1["lengths"]
+    task = PART1["task"] | {"task": spec.get("task", PART1["task"]["task"])}
+    lengths = PART1["lengths"]
     train = PART1["train"] | {"seed": seed, "steps": TINY["steps"] if tiny else spec["steps"]}
     model_kw = {"d_model": D_MODEL} | spec["model"]
     deterministic(seed)                                     # the initial weights: as the chapters
@@ -108,7 +120,8 @@ def run(name: str, seed: int, tiny: bool = False) -> dict:
         out["by_position"] = accuracy_by_position(model, n=TINY["n_per_length"] if tiny else 500)
     if spec["model"]["attention"]:
         align = PART1["alignment"] | ({"n": TINY["n_alignment"]} if tiny else {})
-        out["alignment"] = reversal_alignment(model, task["n_symbols"], **align)
+        alignment = copy_alignment if task["task"] == "copy" else reversal_alignment
+        out["alignment"] = alignment(model, task["n_symbols"], **align)
     return out
 
 
@@ -141,6 +154,29 @@ def spread(runs: list[dict], key: str) -> dict:
             "max": [max(c) for c in columns]}
 
 
+def merged(old: dict, new: dict) -> dict:
+    """``old`` (a toy_seeds.json) with the runs of ``new`` (a call with ``--merge``) put in.
+
+    The runs of ``new`` replace any of ``old`` with the same name and seed; the runs are listed
+    in the order of :data:`RUNS`, then seed. ``old``'s record of the call that made it stays; the
+    new call is appended to ``"merged"``, with the names of its runs.
+    """
+    names = list(new["run_specs"])
+    runs = [r for r in old["runs"] if r["name"] not in names] + new["runs"]
+    order = {name: i for i, name in enumerate(RUNS)}
+    runs.sort(key=lambda r: (order.get(r["name"], len(order)), r["seed"]))
+    call = {key: new[key] for key in ("command", "note", "date", "environment", "threads",
+                                      "load_average_before", "wall_time_s", "cpu_time_s")}
+    specs = old["run_specs"] | new["run_specs"]
+    return old | {
+        "run_specs": {name: specs[name] for name in sorted(specs, key=lambda n: order.get(n, 99))},
+        "runs": runs,
+        "spread": {name: {key: spread([r for r in runs if r["name"] == name], key)
+                          for key in ("exact", "token")}
+                   for name in sorted({r["name"] for r in runs}, key=lambda n: order.get(n, 99))},
+        "merged": old.get("merged", []) + [call | {"runs": names}]}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = Parser(prog="python -m attnbook.toy_seeds",
@@ -156,12 +192,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true",
                    help=f"{TINY['steps']} steps a run, a few sources: seconds (the tests)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--merge", action="store_true",
+                   help="put the runs of --runs into the existing toy_seeds.json, keeping its "
+                        "other runs and its timing (needs --no-timing, and the file's seeds and "
+                        "scale)")
     args = p.parse_args(argv)
     if args.results.is_absolute():
         p.error("give --results relative to the repository (it is recorded in the results, "
                 "which must not name folders of the machine that made them)")
     if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
         p.error(f"--seeds must be different non-negative integers, got {args.seeds}")
+    out = args.results / "toy_seeds.json"
+    old = None
+    if args.merge:
+        if args.timing:
+            p.error("--merge keeps the file's timing: give --no-timing with it")
+        try:
+            old = json.loads(out.read_text())
+        except FileNotFoundError:
+            p.error(f"--merge needs an existing {out}; run without --merge first")
+        except json.JSONDecodeError as e:
+            p.error(f"{out} is not valid JSON ({e.msg}); move it away, or run without --merge")
+        if old.get("seeds") != args.seeds or old.get("scale") != ("tiny" if args.tiny else "full"):
+            p.error(f"{out} has seeds {old.get('seeds')} at scale {old.get('scale')!r}: merge "
+                    "runs with the same seeds and scale")
     torch.set_num_threads(1)                 # as the chapters (train_toy uses one thread anyway)
     start, cpu = time.perf_counter(), time.process_time()
     result = {"command": shlex.join(["python", "-m", "attnbook.toy_seeds", *argv]),
@@ -187,14 +241,16 @@ def main(argv: list[str] | None = None) -> int:
                                for key in ("exact", "token")} for name in args.runs}
     result["wall_time_s"] = round(time.perf_counter() - start, 1)
     result["cpu_time_s"] = round(time.process_time() - cpu, 1)    # < wall on a busy machine
+    seconds = result["wall_time_s"]
+    if old is not None:
+        result = merged(old, result)
     try:
         args.results.mkdir(parents=True, exist_ok=True)
-        out = args.results / "toy_seeds.json"
         out.write_text(json.dumps(result, indent=1) + "\n")
     except OSError as e:
         return fail(f"cannot write {args.results / 'toy_seeds.json'}: {e.strerror}; "
                     "give a folder you can write to")
-    print(f"wrote {out} in {result['wall_time_s']:.0f} s")
+    print(f"wrote {out} in {seconds:.0f} s")
     return 0
 
 

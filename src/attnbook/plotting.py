@@ -78,6 +78,19 @@ def _metric_styles(metrics, **overrides) -> tuple[dict, dict]:
     return names, {m: {**style, **overrides} for m, style in styles.items()}
 
 
+def _accuracy_axes(ax, lengths, title, legend_loc="best"):
+    """The accuracy plots' axes: a tick at every length (up to 12), labels, limits, title, legend."""
+    lengths = sorted(lengths)
+    if len(lengths) <= 12:
+        ax.set_xticks(lengths)
+    ax.set_xlabel("input length (symbols)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(title)
+    ax.legend(loc=legend_loc)
+    return ax
+
+
 def plot_accuracy_by_length(results, ax=None, title="Accuracy against input length",
                             metrics=("exact", "token")):
     """Accuracy of one or more models against the input length (chapters 1 and 2).
@@ -95,15 +108,7 @@ def plot_accuracy_by_length(results, ax=None, title="Accuracy against input leng
         colour = OKABE_ITO[k % len(OKABE_ITO)]
         for m in metrics:
             ax.plot(res["length"], res[m], color=colour, label=f"{label}: {names[m]}", **styles[m])
-    lengths = sorted({L for res in results.values() for L in res["length"]})
-    if len(lengths) <= 12:
-        ax.set_xticks(lengths)
-    ax.set_xlabel("input length (symbols)")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_title(title)
-    ax.legend()
-    return ax
+    return _accuracy_axes(ax, {L for res in results.values() for L in res["length"]}, title)
 
 
 def plot_accuracy_spread(results, ax=None, title="Accuracy against input length, several seeds",
@@ -133,15 +138,8 @@ def plot_accuracy_spread(results, ax=None, title="Accuracy against input length,
             for i, r in enumerate(runs):
                 ax.plot(lengths, r[m], color=colour, linewidth=1, alpha=0.9, **styles[m],
                         label=f"{label}: {names[m]}, {len(runs)} seeds" if i == 0 else None)
-    lengths = sorted({L for runs in results.values() for r in runs for L in r["length"]})
-    if len(lengths) <= 12:
-        ax.set_xticks(lengths)
-    ax.set_xlabel("input length (symbols)")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_title(title)
-    ax.legend(loc=legend_loc)
-    return ax
+    return _accuracy_axes(ax, {L for runs in results.values() for r in runs for L in r["length"]},
+                          title, legend_loc)
 
 
 MODEL_LABELS = {"gru": "GRU, no attention", "gru-additive": "GRU + additive attention",

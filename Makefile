@@ -6,6 +6,9 @@
 #   make student    write the student edition (solutions stubbed out) into student/
 #   make notebooks  re-execute every notebook in place (after you change one)
 #   make bench      run the benchmark suite (CPU, and the GPU if there is one) into results/bench/
+#   make gpu-data   copy Multi30k into .gpu_data/ for a GPU machine that sees only the repository
+#   make gpu-run    the GPU call (tools/gpu_run.sh): at most nine minutes on one GPU, files in $OUT
+#   make gpu-dry-run  the same call at tiny sizes on the CPU (seconds; make test runs it too)
 #   make clean      remove the built book
 
 PYTHON ?= python3
@@ -18,7 +21,7 @@ export PYTHONHASHSEED := 0
 export CUBLAS_WORKSPACE_CONFIG := :4096:8
 export MPLBACKEND := module://matplotlib_inline.backend_inline
 
-.PHONY: book test lab notebooks student clean install bench mathjax
+.PHONY: book test lab notebooks student clean install bench mathjax gpu-data gpu-run gpu-dry-run
 
 install: $(STAMP)
 
@@ -58,6 +61,17 @@ notebooks: $(STAMP)
 # which the appendix "Performance" reads. BENCH_ARGS="--threads 1" on a busy machine.
 bench: $(STAMP)
 	$(PY) -m attnbook.benchmarks $(BENCH_ARGS)
+
+# The GPU call (README, "GPU notes"). gpu-run needs no install: a lent GPU machine has its own
+# PyTorch and no package index, so the script runs the source with that machine's python3.
+gpu-data: $(STAMP)
+	$(PY) -m attnbook.gpu_run --prepare-data
+
+gpu-run:
+	bash tools/gpu_run.sh
+
+gpu-dry-run: $(STAMP)
+	OUT=$${OUT:-gpu-call-out} PYTHON=$(PY) bash tools/gpu_run.sh --dry-run
 
 student: $(STAMP)
 	$(PY) -m attnbook.homework student notebooks student

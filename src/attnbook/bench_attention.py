@@ -3,7 +3,9 @@ every benchmark shares.
 
 ``bench_attention``: the book's from-scratch attention against ``F.scaled_dot_product_attention``
 (the raw kernels), and the book's ``MultiHeadAttention`` against ``nn.MultiheadAttention`` (both
-with their projections); forward and forward+backward; time and peak memory, T = 16..4096.
+with their projections); forward and forward+backward; time and peak memory, T = 16..4096. On a
+GPU also each of SDPA's backends forced in turn (math, flash, memory-efficient, cuDNN) in bf16,
+beside the book's kernel in bf16: which fused kernel PyTorch would pick, and what each buys.
 ``attnbook.benchmarks`` runs it and writes its results; the module docstring there says how.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import scaled_dot_product_attention
 from .bench import _synchronize, attention_inputs, peak_memory, time_call
@@ -54,6 +57,11 @@ def _stats(samples: list[float]) -> dict:
 def _error(e: BaseException) -> str:
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {first}"[:300]
+
+
+def _no_kernel(e: BaseException) -> bool:
+    """Whether ``e`` says that a forced SDPA backend cannot run these inputs on this device."""
+    return any(s in str(e).lower() for s in ("no available kernel", "no viable backend"))
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -111,9 +119,49 @@ def _attention_calls(B: int, h: int, d_k: int, device: torch.device):
     }
 
 
-def bench_attention(device: torch.device, quick: bool = False) -> dict:
+# SDPA's backends, each forced in turn with ``sdpa_kernel``: the fused kernels need float16 or
+# bfloat16 on a GPU, so these run in bf16 there (float32 on a CPU, where only math and flash exist)
+SDPA_BACKENDS = {"SDPA math": SDPBackend.MATH, "SDPA flash": SDPBackend.FLASH_ATTENTION,
+                 "SDPA memory-efficient": SDPBackend.EFFICIENT_ATTENTION,
+                 "SDPA cuDNN": SDPBackend.CUDNN_ATTENTION}
+
+
+def _backend_calls(B: int, h: int, d_k: int, device: torch.device) -> dict:
+    """name -> ("kernel", make), as in :func:`_attention_calls`, for each SDPA backend and for
+    the book's kernel, all in the backends' dtype (bf16 on a GPU, float32 on a CPU)."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    suffix = ", bf16" if dtype == torch.bfloat16 else ""
+
+    def kernel(f):
+        def make(T):
+            q, k, v = (t.to(dtype).requires_grad_()
+                       for t in attention_inputs(T, B=B, h=h, d_k=d_k, device=device))
+
+            def fwd_bwd(q, k, v):
+                with torch.enable_grad():
+                    return torch.autograd.grad(f(q, k, v).sum(), (q, k, v))
+            return f, fwd_bwd, (q, k, v)
+        return make
+
+    def forced(backend):
+        def f(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v)
+        return f
+
+    calls = {name + suffix: ("kernel", kernel(forced(b))) for name, b in SDPA_BACKENDS.items()}
+    if suffix:
+        calls["book kernel" + suffix] = ("kernel", kernel(
+            lambda q, k, v: scaled_dot_product_attention(q, k, v)[0]))
+    return calls
+
+
+def bench_attention(device: torch.device, quick: bool = False,
+                    backends: bool | None = None) -> dict:
     """Time and peak memory of each attention implementation, forward and forward+backward, for
-    each sequence length; lengths whose predicted cost passes the limits are skipped and said so."""
+    each sequence length; lengths whose predicted cost passes the limits are skipped and said so.
+    ``backends`` (default: on a GPU) adds SDPA's backends, forced one at a time; a backend that
+    cannot run on this device or dtype is listed under "capped" with PyTorch's reason."""
     B, h, d_k = (1, 2, 16) if quick else (1, 8, 64)
     lengths = [16, 64] if quick else [16, 64, 256, 1024, 4096]
     if device.type == "cuda":
@@ -132,13 +180,20 @@ def bench_attention(device: torch.device, quick: bool = False) -> dict:
                                    "memory, scaled by (T_next / T_last)^2, passes a limit"},
                 "modules_mode": "eval(); forward without gradients lets nn.MultiheadAttention "
                                 "take its fused inference fast path, as it does for any user"}
-    rows, capped, last = [], [], {}
+    rows, capped, last, unavailable = [], [], {}, {}
     calls = _attention_calls(B, h, d_k, device)
+    if device.type == "cuda" if backends is None else backends:
+        calls.update(_backend_calls(B, h, d_k, device))
+        settings["backends"] = ("SDPA forced to one backend at a time (torch.nn.attention."
+                                "sdpa_kernel); on a GPU in bf16 with the book's kernel in bf16 "
+                                "beside them; the other rows stay float32")
     # length by length, every implementation right after the others: a change of load between
     # two lengths affects all of them alike
     for mode in ("forward", "forward+backward"):
         for T in lengths:
             for name, (kind, make) in calls.items():
+                if name in unavailable:         # listed once under "capped", with the reason
+                    continue
                 why = _predicted_over_limit(last.get((name, mode)), T, max_seconds, max_bytes)
                 if why:
                     capped.append({"name": name, "mode": mode, "T": T,
@@ -153,8 +208,13 @@ def bench_attention(device: torch.device, quick: bool = False) -> dict:
                     row = {"name": name, "kind": kind, "mode": mode, "T": T,
                            "seconds": min(first, again), "peak_bytes": peak_memory(fn, *inputs)}
                 except RuntimeError as e:
-                    if not _is_oom(e):
+                    if not (_is_oom(e) or _no_kernel(e)):
                         raise
+                    if _no_kernel(e):           # the same at every length and mode: say it once
+                        unavailable[name] = True
+                        capped.append({"name": name, "mode": "all", "T": "all",
+                                       "why": f"unavailable on {device.type}: {_error(e)}"})
+                        continue
                     capped.append({"name": name, "mode": mode, "T": T, "why": _error(e)})
                     last[(name, mode)] = {"T": T, "seconds": math.inf, "peak_bytes": math.inf}
                     continue
@@ -189,7 +249,8 @@ def _attention_summary(rows: list[dict]) -> list[dict]:
     """book / PyTorch time and memory ratios, per pair, mode and length both measured."""
     pairs = [("book kernel", "F.scaled_dot_product_attention"),
              ("book MultiHeadAttention", "nn.MultiheadAttention"),
-             ("book MultiHeadAttention, weights", "nn.MultiheadAttention, weights")]
+             ("book MultiHeadAttention, weights", "nn.MultiheadAttention, weights"),
+             ("book kernel, bf16", "SDPA flash, bf16")]
     index = {(r["name"], r["mode"], r["T"]): r for r in rows}
     out = []
     for ours, theirs in pairs:

@@ -176,8 +176,10 @@ def _same_loss(book, ref, b: dict) -> dict:
 
 
 def bench_training_config(name: str, device: torch.device, variants: list[tuple[str, bool]],
-                          rounds: int, compile_skip: str | None = None) -> dict:
-    """Tokens/s of both models for each (precision, compiled) variant of TRAIN_CONFIGS[name]."""
+                          rounds: int, compile_skip: str | None = None,
+                          compile_models: tuple = ("book", "torch")) -> dict:
+    """Tokens/s of both models for each (precision, compiled) variant of TRAIN_CONFIGS[name].
+    Only the models in ``compile_models`` are compiled; the others' compiled rows say why not."""
     model_kw, shape = TRAIN_CONFIGS[name]
     cfg = TransformerConfig(**model_kw, max_len=max(shape["S"], shape["T"]))
     B, S, T = shape["B"], shape["S"], shape["T"]
@@ -195,8 +197,8 @@ def bench_training_config(name: str, device: torch.device, variants: list[tuple[
             key = (vname, m)
             meta[key] = {"variant": vname, "precision": precision, "compiled": compiled,
                          "model": m}
-            if compiled and compile_skip:
-                meta[key]["error"] = compile_skip
+            if compiled and (compile_skip or m not in compile_models):
+                meta[key]["error"] = compile_skip or "not compiled: one compile per call (--short)"
                 continue
             fwd = model
             try:
@@ -259,14 +261,22 @@ def bench_training_config(name: str, device: torch.device, variants: list[tuple[
             "rounds": rounds, "results": rows, "speedup": speedup}
 
 
-def bench_training(device: torch.device, quick: bool = False) -> dict:
+def bench_training(device: torch.device, quick: bool = False, short: bool = False) -> dict:
+    """Training throughput and MFU (module docstring). ``short`` is the GPU call's budget
+    (``attnbook.gpu_run``): on a GPU only the paper's base model, fp32 eager, bf16 eager and
+    bf16 compiled, the book's model alone compiled, 6 rounds: about a minute and a half."""
     if device.type == "cuda":
         variants = [("fp32", False), ("fp32", True), ("bf16", False), ("bf16", True)]
+        if short:
+            variants = [("fp32", False), ("bf16", False), ("bf16", True)]
     else:
         variants = [("fp32", False), ("fp32", True)]
     compile_skip = "skipped in --quick: compiling takes tens of seconds" if quick else None
-    rounds = 3 if quick else 16
+    rounds = 3 if quick else 6 if short else 16
     configs = ["quick"] if quick else ["small"] + (["throughput"] if device.type == "cuda" else [])
+    if short and device.type == "cuda":
+        configs = ["throughput"]
+    compile_models = ("book",) if short else ("book", "torch")
     settings = {"step": "forward, label-smoothed cross-entropy (0.1), backward, Adam step "
                         "(lr 1e-4, betas (0.9, 0.98)); zero_grad(set_to_none=True)",
                 "data": "random token ids, no padding (all masks True), S = T",
@@ -289,7 +299,8 @@ def bench_training(device: torch.device, quick: bool = False) -> dict:
         if device.type == "cuda":
             out["matmul_ceiling_bf16"] = matmul_rate(device, 8192, torch.bfloat16)
     for name in configs:
-        out["configs"].append(bench_training_config(name, device, variants, rounds, compile_skip))
+        out["configs"].append(bench_training_config(name, device, variants, rounds, compile_skip,
+                                                    compile_models))
     if "throughput" not in configs:
         model_kw, shape = TRAIN_CONFIGS["throughput"]
         out["throughput_config"] = {
@@ -371,6 +382,8 @@ def _recurrence_models(V: int, d: int, device: torch.device) -> dict:
 def bench_recurrence(device: torch.device, quick: bool = False) -> dict:
     V, d, B = (200, 32, 4) if quick else (1000, 128, 16)
     lengths = [8, 16] if quick else [8, 16, 32, 64, 128, 256]
+    if device.type == "cuda" and not quick:   # a GPU runs the Transformer far longer in a second
+        lengths += [512, 1024]
     rounds = 1 if quick else 3
     max_seconds = 5.0
     models = _recurrence_models(V, d, device)

@@ -34,7 +34,6 @@ benchmarks themselves are in ``bench_attention`` (attention, and the shared timi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -51,6 +50,7 @@ from .bench_models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # 
                            bench_decoding, bench_recurrence, bench_training,
                            bench_training_config, gpu_peak_flops, matmul_params, matmul_rate,
                            peak_flops, random_batch, transformer_flops, twin_models)
+from .cli import Parser
 from .plotting import OKABE_ITO, use_book_style
 from .utils import count_parameters, versions  # noqa: F401 (count_parameters: re-exported)
 
@@ -134,7 +134,13 @@ def _colours() -> dict:
             "book MultiHeadAttention": OKABE_ITO[0], "nn.MultiheadAttention": OKABE_ITO[1],
             "book MultiHeadAttention, weights": OKABE_ITO[2],
             "nn.MultiheadAttention, weights": OKABE_ITO[5],
-            "book": OKABE_ITO[0], "torch": OKABE_ITO[1]}
+            "book": OKABE_ITO[0], "torch": OKABE_ITO[1],
+            # SDPA's backends forced one at a time (a GPU; bf16 there)
+            "SDPA math": OKABE_ITO[3], "SDPA flash": OKABE_ITO[4],
+            "SDPA memory-efficient": OKABE_ITO[6], "SDPA cuDNN": "#000000",
+            "book kernel, bf16": OKABE_ITO[2], "SDPA math, bf16": OKABE_ITO[3],
+            "SDPA flash, bf16": OKABE_ITO[4], "SDPA memory-efficient, bf16": OKABE_ITO[6],
+            "SDPA cuDNN, bf16": "#000000"}
 
 
 # Each plot_* function draws one result (a loaded JSON file) into ``fig``, a matplotlib Figure
@@ -269,15 +275,17 @@ def environment(device: torch.device, quick: bool = False) -> dict:
 
 
 def run_section(section: str, device: torch.device, out: Path, quick: bool = False,
-                note: str = "", plot: bool = True) -> dict:
-    """Run one benchmark on ``device``; write out/section.json (and .png); return the result."""
+                note: str = "", plot: bool = True, short: bool = False) -> dict:
+    """Run one benchmark on ``device``; write out/section.json (and .png); return the result.
+    ``short`` (the GPU call's budget) changes the training benchmark only."""
     env = environment(device, quick)
     start = time.perf_counter()
-    res = RUNS[section](device, quick)
+    res = RUNS[section](device, quick, short) if section == "training" else \
+        RUNS[section](device, quick)
     wall = time.perf_counter() - start
     env_end = {"load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
                "busy_processes_end": None if quick else busy_processes()}
-    res = {"benchmark": section, "schema": SCHEMA, "quick": quick,
+    res = {"benchmark": section, "schema": SCHEMA, "quick": quick, "short": short,
            "device": {"kind": device.type,
                       "name": env["gpu"] if device.type == "cuda" else env["cpu"],
                       "threads": torch.get_num_threads()},
@@ -300,9 +308,13 @@ def save_plot(res: dict, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnbook.benchmarks",
-                                description="The book's benchmark suite (appendix Performance).")
+    p = Parser(prog="python -m attnbook.benchmarks",
+               description="The book's benchmark suite (appendix Performance).")
     p.add_argument("--quick", action="store_true", help="tiny sizes: seconds (the tests run it)")
+    p.add_argument("--short", action="store_true",
+                   help="the GPU call's budget (python -m attnbook.gpu_run): full sizes, but the "
+                        "training benchmark measures only the paper's base model, with one "
+                        "compile and 6 rounds")
     p.add_argument("--only", action="append", choices=SECTIONS,
                    help="run only this benchmark (may be repeated)")
     p.add_argument("--out", type=Path, default=None,
@@ -364,7 +376,7 @@ def _run_all(kinds, root, args, p) -> None:
                 continue
             print(f"[{kind}] {section} -> {out / (section + '.json')}", flush=True)
             res = run_section(section, torch.device(kind), out, args.quick, args.note,
-                              not args.no_plots)
+                              not args.no_plots, args.short)
             print(f"[{kind}] {section}: {res['wall_time_s']} s", flush=True)
 
 

@@ -1,0 +1,522 @@
+"""The GPU call: everything the book measures on a GPU, as one command of at most nine minutes.
+
+    python -m attnbook.gpu_run --prepare-data       # once, here: Multi30k into .gpu_data/ (ignored)
+    bash tools/gpu_run.sh                           # on the GPU: python -m attnbook.gpu_run --out $OUT
+    python -m attnbook.gpu_run --out OUT --dry-run  # the same parts, tiny, on the CPU (make test)
+    python -m attnbook.gpu_run --collect OUT        # afterwards: the call's files into results/
+
+A lent GPU machine has no network, no package index and no copy of this repository's data, and
+it is lent for minutes; so the call is prepared here, tried here at tiny sizes (``--dry-run``),
+and runs there in one go. Its parts run in this order, each as child processes with their own
+time limit, so that a part that fails or overruns loses nothing of the others (the call's
+deadline, ``Plan.minutes``, shortens the limits of the last parts when the first ones overran):
+
+* ``check``: PyTorch's version (at least MIN_TORCH), the device (a CUDA GPU, its name, memory,
+  compute capability and bf16 support), every Multi30k file (sha256-checked) and the tokenizers,
+  trained once here and shared with the other parts through ``ATTNBOOK_CACHE``;
+* ``train``: the candidates for the gpu-base preset (CANDIDATES: the paper's schedule, a short
+  warm-up, a higher peak, pre-LN, dropout 0.3, a smaller model, a larger batch) and GRU +
+  additive attention at two peak rates, all trained at once on the one GPU (the small models
+  do not fill it), each for the same ``Plan.train_seconds`` of training, the Transformers with
+  bf16 autocast and ``torch.compile``; every candidate's validation curve is kept;
+* ``score``: the best Transformer and the best GRU by validation loss, translated on
+  test_2016_flickr with beam 4 (alpha 0.6, as the CPU board) and greedily, scored by sacreBLEU;
+  then the other candidates greedily while time is left. Equal wall time for both families is
+  the paper's parallelism claim measured on the clock (all ran at once, so equally crowded);
+* ``bench-attention``, ``bench-decoding``, ``bench-recurrence``, ``bench-training``:
+  ``python -m attnbook.benchmarks --short``, one section each, alone on the GPU: the attention
+  kernels (the book's, SDPA's backends), recurrence against self-attention as the sequence
+  grows, the key/value cache, and the gpu-base training step (bf16 against fp32, compiled
+  against eager, MFU);
+* ``summary``: ``gpu_run.json`` (each part's status, limit and time, the candidates and their
+  curves, the scores, and one provenance record) and ``gpu_run.png`` (the curves).
+
+OUT receives at most 8 files (what a lent machine returns): gpu_run.json, gpu_run.png,
+gpu_run.log and <device>/{attention,decoding,recurrence,training}.json. ``--collect`` copies
+them into results/gpu/ and results/bench/cuda/ and draws the benchmark figures.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from matplotlib.figure import Figure
+
+from .benchmarks import SECTIONS, save_plot
+from .bleu import bleu
+from .cli import Parser, fail
+from .data import SPLITS, DataError, locate, load_multi30k
+from .decoding import translate
+from .plotting import OKABE_ITO, use_book_style
+from .recipe import ConfigError, check_config, flatten, override, preset
+from .runs import RunError, load_run
+from .tokenizer import multi30k_tokenizer
+from .train import train
+from .utils import get_device, versions
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_COPY = ROOT / ".gpu_data"            # what travels to the GPU machine (ignored by git)
+MIN_TORCH = (2, 4)                        # the oldest PyTorch the call's code paths are known for
+SCHEMA = 1
+
+# name -> (model, changes to the base preset). The base is gpu-base: the paper's base model
+# (d_model 512, 6 + 6 layers, 8 heads), 16,384-token batches, warm-up 2,000, peak 9.9e-4,
+# dropout 0.1. Multi30k has about 30 such batches per epoch, so the paper's warm-up would last
+# longer than a few minutes of training: the candidates try what a reader would try first.
+CANDIDATES = {
+    "paper": ("transformer", {}),
+    "warmup-400": ("transformer", {"warmup": 400}),
+    "peak-2e-3": ("transformer", {"warmup": 400, "peak_lr": 2e-3}),
+    "pre-ln": ("transformer", {"warmup": 400, "peak_lr": 2e-3, "norm_first": True}),
+    "dropout-0.3": ("transformer", {"warmup": 400, "dropout": 0.3}),
+    "small": ("transformer", {"warmup": 400, "peak_lr": 2e-3, "d_model": 256, "h": 4,
+                              "d_ff": 1024, "n_layers": 3}),
+    "batch-32k": ("transformer", {"max_tokens": 32768, "warmup": 200, "peak_lr": 1.4e-3}),
+    "gru-additive-1e-3": ("gru-additive", {"warmup": 400, "peak_lr": 1e-3}),
+    "gru-additive-3e-3": ("gru-additive", {"warmup": 400, "peak_lr": 3e-3}),
+}
+# the dry run's candidates: one of each kind of run, on the smoke preset
+DRY_CANDIDATES = {
+    "paper": ("transformer", {}),
+    "pre-ln": ("transformer", {"norm_first": True}),
+    "gru-additive-3e-3": ("gru-additive", {"peak_lr": 3e-3}),
+}
+BENCH_PARTS = tuple(f"bench-{s}" for s in SECTIONS)
+PARTS = ("check", "train", "score", *BENCH_PARTS)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call does and how long each part may take (seconds)."""
+    name: str                   # "full" (a GPU) or "dry" (the CPU, tiny)
+    device: str
+    preset: str                 # the candidates' base preset
+    candidates: dict
+    train_seconds: float        # training time of every candidate (compiling included)
+    eval_every: int             # steps between validation losses: the curves' points
+    threads: int                # PyTorch's CPU threads per process
+    test_sentences: int         # 0: all 1,000 of test_2016_flickr
+    beam: int
+    minutes: float              # the whole call's deadline
+    limits: dict = field(default_factory=dict)
+
+    def runs(self, model: str | None = None) -> list[str]:
+        return [n for n, (m, _) in self.candidates.items() if model in (None, m)]
+
+
+FULL = Plan("full", "cuda", "gpu-base", CANDIDATES, train_seconds=180, eval_every=50, threads=1,
+            test_sentences=0, beam=4, minutes=9,
+            limits={"check": 60, "train": 250, "score": 80, "bench-attention": 35,
+                    "bench-decoding": 25, "bench-recurrence": 40, "bench-training": 110})
+DRY = Plan("dry", "cpu", "smoke", DRY_CANDIDATES, train_seconds=3, eval_every=5, threads=1,
+           test_sentences=16, beam=4, minutes=5,
+           limits={"check": 60, "train": 90, "score": 60, "bench-attention": 60,
+                   "bench-decoding": 60, "bench-recurrence": 60, "bench-training": 60})
+PLANS = {"full": FULL, "dry": DRY}
+
+
+def candidate_config(plan: Plan, name: str):
+    """The TrainConfig of candidate ``name``: the base preset with its changes, trained for
+    ``plan.train_seconds`` (max_steps out of reach), evaluated every ``plan.eval_every`` steps."""
+    model, changes = plan.candidates[name]
+    cfg = override(preset(plan.preset, model), **changes, max_steps=10 ** 6,
+                   time_budget_s=plan.train_seconds, eval_every=plan.eval_every,
+                   compile=plan.device == "cuda" and model != "gru-additive")
+    check_config(cfg)
+    return cfg
+
+
+# --- the parts that run as child processes ----------------------------------------------------
+
+def _write(path: Path, obj) -> None:
+    """Write JSON atomically: a part killed at its limit leaves the last complete version."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def child_check(plan: Plan, work: Path) -> int:
+    """PyTorch, the device, the data and the tokenizers; check.json says what was found."""
+    found = {"torch": torch.__version__, "versions": versions()}
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    problems = []
+    if (major, minor) < MIN_TORCH:
+        problems.append(f"PyTorch {torch.__version__} is older than "
+                        f"{'.'.join(map(str, MIN_TORCH))}; use a newer one")
+    if plan.device == "cuda":
+        if not torch.cuda.is_available():
+            problems.append("PyTorch sees no CUDA GPU; run the call on a GPU machine, or pass "
+                            "--dry-run to try it on the CPU")
+        else:
+            p = torch.cuda.get_device_properties(0)
+            found["gpu"] = {"name": p.name, "memory_gib": round(p.total_memory / 2 ** 30, 1),
+                            "capability": f"{p.major}.{p.minor}",
+                            "multiprocessors": p.multi_processor_count,
+                            "bf16": torch.cuda.is_bf16_supported(including_emulation=False)}
+    try:
+        found["data"] = {split: len(load_multi30k(split)) for split in SPLITS}
+        sizes = sorted({candidate_config(plan, n).arch.vocab_size for n in plan.candidates})
+        if not problems:                 # no tokenizer for a call that cannot run anyway
+            found["tokenizers"] = {str(v): len(multi30k_tokenizer(v)) for v in sizes}
+    except (DataError, ConfigError) as e:
+        problems.append(str(e))
+    found["problems"] = problems
+    _write(work / "check.json", found)
+    print(json.dumps(found, indent=1))
+    return 2 if problems else 0
+
+
+def child_candidate(plan: Plan, work: Path, name: str) -> int:
+    """Train candidate ``name`` into work/runs/NAME (no BLEU here: the score part decodes)."""
+    torch.set_num_threads(plan.threads)
+    train(candidate_config(plan, name), work / "runs" / name, device=get_device(plan.device),
+          progress=False, evaluate=False)
+    return 0
+
+
+def child_score(plan: Plan, work: Path) -> int:
+    """BLEU on test_2016_flickr: each family's best by validation loss, with beam search and
+    greedily, then the others greedily; score.json grows after every decoding."""
+    runs = collect_candidates(plan, work)
+    best = best_runs(plan, runs)
+    pairs = load_multi30k("test_2016_flickr")
+    pairs = pairs[:plan.test_sentences] if plan.test_sentences else pairs
+    order = [(n, plan.beam) for n in best.values()] + [(n, 1) for n in best.values()]
+    order += [(n, 1) for n in plan.candidates if n not in best.values() and runs[n]["val_loss"]]
+    scores = {"test_set": f"test_2016_flickr ({len(pairs)} of 1000 sentences)", "best": best,
+              "runs": {}}
+    device = get_device(plan.device)
+    for name, beam in order:
+        start = time.perf_counter()
+        model, tok, _ = load_run(work / "runs" / name, device)
+        hyps = translate(model, tok, [s for s, _ in pairs], beam, alpha=0.6, device=device)
+        result = bleu(hyps, [t for _, t in pairs])
+        key = "greedy" if beam == 1 else f"beam {beam}, alpha 0.6"
+        scores["runs"].setdefault(name, {})[key] = {
+            **result, "seconds": round(time.perf_counter() - start, 1), "examples": hyps[:3]}
+        _write(work / "score.json", scores)
+        print(f"{name} {key}: BLEU {result['bleu']}", flush=True)
+    return 0
+
+
+CHILDREN = {"_check": child_check, "_candidate": child_candidate, "_score": child_score}
+
+
+# --- reading what the parts left -------------------------------------------------------------
+
+def read_curve(run: Path) -> list[dict]:
+    """The validation curve of a run folder's log.jsonl (empty if it never evaluated)."""
+    path = run / "log.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    keys = ("step", "elapsed_s", "train_loss", "val_loss", "epoch")
+    return [{k: round(v, 4) if isinstance(v, float) else v
+             for k, v in json.loads(line).items() if k in keys} for line in lines if line.strip()]
+
+
+def collect_candidates(plan: Plan, work: Path) -> dict:
+    """name -> what its run folder shows: configuration, curve, and the final metrics if the
+    run finished (else the last evaluation's)."""
+    out = {}
+    for name, (model, changes) in plan.candidates.items():
+        run = work / "runs" / name
+        curve = read_curve(run)
+        metrics = json.loads((run / "metrics.json").read_text()) \
+            if (run / "metrics.json").is_file() else {}
+        last = curve[-1] if curve else {}
+        cfg = flatten(asdict(candidate_config(plan, name)))
+        out[name] = {
+            "model": model, "changes": changes, "finished": bool(metrics),
+            "config": {k: cfg[k] for k in ("d_model", "h", "d_ff", "n_layers", "dropout",
+                                           "norm_first", "vocab_size", "max_tokens", "warmup",
+                                           "peak_lr", "precision", "compile")},
+            "steps": metrics.get("steps", last.get("step")),
+            "epochs": round(metrics["epochs"], 2) if metrics else last.get("epoch"),
+            "train_time_s": metrics.get("train_time_s", last.get("elapsed_s")),
+            "tokens_per_s": metrics.get("tokens_per_s"),
+            "parameters": metrics.get("parameters"), "compiled": metrics.get("compiled"),
+            "val_loss": round(metrics["val_loss"], 4) if metrics else last.get("val_loss"),
+            "curve": curve}
+    return out
+
+
+def best_runs(plan: Plan, runs: dict) -> dict:
+    """model -> the name of its candidate with the lowest validation loss (chosen on the
+    validation set only; families with no evaluated run are left out)."""
+    best = {}
+    for model in dict.fromkeys(m for m, _ in plan.candidates.values()):
+        done = [n for n in plan.runs(model) if runs[n]["val_loss"] is not None]
+        if done:
+            best[model] = min(done, key=lambda n: runs[n]["val_loss"])
+    return best
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+def _child_env(plan: Plan, work: Path, data_dir: Path | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ATTNBOOK_CACHE=str(work / "cache"),
+               ATTNBOOK_DETERMINISM="warn", CUBLAS_WORKSPACE_CONFIG=":4096:8",
+               OMP_NUM_THREADS=str(plan.threads), PYTHONUNBUFFERED="1",
+               TORCHINDUCTOR_COMPILE_THREADS="2")
+    if data_dir is not None:
+        env["MULTI30K_DIR"] = str(data_dir)
+    return env
+
+
+def run_processes(commands: list[list[str]], limit: float, log: Path, env: dict | None = None,
+                  cwd: Path | None = None) -> dict:
+    """Run ``commands`` at once, each in its own process group, their output appended to
+    ``log``; after ``limit`` seconds the ones still running are killed with all they started.
+    Returns the part's record: status ok (all exited 0), failed or timeout; return codes; time."""
+    start = time.perf_counter()
+    with open(log, "a") as f:
+        procs = [subprocess.Popen(c, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                  start_new_session=True) for c in commands]
+        timed_out = False
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.0, limit - (time.perf_counter() - start)))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                for q in procs:
+                    if q.poll() is None:
+                        os.killpg(q.pid, signal.SIGKILL)
+                        q.wait()
+                break
+    codes = [p.returncode for p in procs]
+    status = "timeout" if timed_out else "ok" if all(c == 0 for c in codes) else "failed"
+    return {"status": status, "return_codes": codes, "limit_s": round(limit, 1),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
+    """The child processes of one part."""
+    me = [sys.executable, "-m", "attnbook.gpu_run"]
+    if part == "train":
+        return [me + ["_candidate", plan.name, str(work), n] for n in plan.candidates]
+    if part in ("check", "score"):
+        return [me + ["_" + part, plan.name, str(work)]]
+    section = part.removeprefix("bench-")          # run in OUT, so that --out is relative
+    return [[sys.executable, "-m", "attnbook.benchmarks", "--only", section, "--device",
+             plan.device, "--out", plan.device, "--short", "--no-plots",
+             "--threads", str(plan.threads if plan.name == "dry" else 4),
+             "--note", "the GPU call (python -m attnbook.gpu_run)"]
+            + (["--quick"] if plan.name == "dry" else [])]
+
+
+def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None) -> dict:
+    """Every part in turn within the call's deadline; then the summary. Returns it."""
+    start, usage = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    out.mkdir(parents=True, exist_ok=True)
+    (work / "runs").mkdir(parents=True, exist_ok=True)
+    deadline = start + 60 * plan.minutes - 15            # 15 s for the summary
+    log, env = out / "gpu_run.log", _child_env(plan, work, data_dir)
+    parts = {}
+    for part in PARTS:
+        if only and part not in only:
+            continue
+        left = deadline - time.time()
+        if parts.get("check", {}).get("status") not in (None, "ok"):
+            parts[part] = {"status": "skipped", "why": "the check failed (see check)"}
+            continue
+        if left < 5:
+            parts[part] = {"status": "skipped", "why": "the call's deadline had passed"}
+            continue
+        with open(log, "a") as f:
+            f.write(f"\n=== {part} (limit {min(plan.limits[part], left):.0f} s) ===\n")
+        cwd = out if part.startswith("bench-") else None
+        parts[part] = run_processes(part_commands(part, plan, work),
+                                    min(plan.limits[part], left), log, env, cwd)
+        print(f"{part}: {parts[part]['status']} in {parts[part]['seconds']} s", flush=True)
+        if part == "train":
+            _append_run_logs(plan, work, log)
+    return summarise(plan, out, work, parts, start, usage)
+
+
+def _append_run_logs(plan: Plan, work: Path, log: Path) -> None:
+    """The last lines of each candidate's log into the call's log (the runs write no more)."""
+    with open(log, "a") as f:
+        for name in plan.candidates:
+            lines = read_curve(work / "runs" / name)[-3:]
+            f.write(f"--- {name}: last evaluations {json.dumps(lines)}\n")
+
+
+def git_commit() -> str | None:
+    """The commit the call ran at: git's answer, or on a machine without the repository's
+    history the one ``--prepare-data`` recorded in .gpu_data/COMMIT."""
+    try:
+        got = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=10)
+        if got.returncode == 0 and got.stdout.strip():
+            return got.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    path = DATA_COPY / "COMMIT"
+    return path.read_text().strip() if path.is_file() else None
+
+
+def summarise(plan: Plan, out: Path, work: Path, parts: dict, start: float, usage) -> dict:
+    """gpu_run.json and gpu_run.png from what the parts left."""
+    runs = collect_candidates(plan, work)
+    check = json.loads((work / "check.json").read_text()) if (work / "check.json").is_file() \
+        else {}
+    scores = json.loads((work / "score.json").read_text()) if (work / "score.json").is_file() \
+        else {}
+    end = resource.getrusage(resource.RUSAGE_CHILDREN)
+    summary = {
+        "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.name == "dry",
+        "provenance": {
+            "command": "python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry"
+                                                       else "") + " --out OUT",
+            "git_commit": git_commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start)) + " UTC",
+            "hardware": check.get("gpu"), "versions": check.get("versions") or versions(),
+            "processes_at_once": {"train": len(plan.candidates), "other parts": 1},
+            "threads_per_process": plan.threads,
+            "load_average_end": list(os.getloadavg()),
+            "wall_s": round(time.time() - start, 1),
+            "cpu_s": round(end.ru_utime + end.ru_stime - usage.ru_utime - usage.ru_stime, 1)},
+        "plan": {k: v for k, v in asdict(plan).items() if k != "candidates"},
+        "parts": parts, "check": {k: v for k, v in check.items() if k != "versions"},
+        "candidates": runs, "best": best_runs(plan, runs), "scores": scores,
+    }
+    _write(out / "gpu_run.json", summary)
+    if any(r["curve"] for r in runs.values()):
+        plot_candidates(summary, out / "gpu_run.png")
+    return summary
+
+
+def plot_candidates(summary: dict, path: Path) -> None:
+    """Validation loss against training time and against steps, one line per candidate:
+    Transformers solid, GRUs dashed, each family's best drawn thicker."""
+    use_book_style()
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2)
+    best = set(summary["best"].values())
+    device = (summary["provenance"]["hardware"] or {}).get("name", summary["plan"]["device"])
+    for i, (name, run) in enumerate(summary["candidates"].items()):
+        if not run["curve"]:
+            continue
+        style = dict(color=OKABE_ITO[i % len(OKABE_ITO)], marker="o", ms=2,
+                     ls="--" if run["model"].startswith("gru") else "-",
+                     lw=2.6 if name in best else 1.2,
+                     label=f"{name}{' (best)' if name in best else ''}")
+        for ax, key in zip(axes, ("elapsed_s", "step")):
+            ax.plot([p[key] for p in run["curve"]], [p["val_loss"] for p in run["curve"]], **style)
+    for ax, xlabel in zip(axes, ("training time (s)", "optimiser steps")):
+        ax.set(xlabel=xlabel, ylabel="validation loss (nats per token)",
+               title=f"Candidates trained at once on {device}")
+    axes[1].legend(fontsize=8)
+    fig.savefig(path, dpi=100)
+
+
+# --- before and after the call -----------------------------------------------------------------
+
+def prepare_data(dest: Path = DATA_COPY) -> list[Path]:
+    """Copy the nine Multi30k files (from $MULTI30K_DIR or the cache, sha256-checked) into
+    ``dest``/multi30k and record the current commit in ``dest``/COMMIT: what the GPU machine,
+    which sees only the repository, reads."""
+    (dest / "multi30k").mkdir(parents=True, exist_ok=True)
+    copied = []
+    for split in SPLITS:
+        for lang in ("de", "en", "fr"):
+            src = locate(split, lang)
+            copied.append(Path(shutil.copy2(src, dest / "multi30k" / src.name)))
+    commit = git_commit()
+    (dest / "COMMIT").write_text((commit or "unknown") + "\n")
+    return copied
+
+
+def collect(src: Path, results: Path, allow_dry: bool = False) -> list[Path]:
+    """Copy a call's files from ``src`` into ``results``/gpu and ``results``/bench/<device>,
+    and draw the benchmark figures. Refuses a dry run (unless ``allow_dry``: the tests) and a
+    file that names a path of the machine that made it."""
+    summary_path = src / "gpu_run.json"
+    if not summary_path.is_file():
+        raise FileNotFoundError(f"{summary_path} not found; give the folder the call wrote "
+                                "(its $OUT)")
+    summary = json.loads(summary_path.read_text())
+    if summary.get("dry_run") and not allow_dry:
+        raise ValueError(f"{summary_path} is a dry run's (tiny sizes on the CPU), not results; "
+                         "collect the files of a call made on a GPU")
+    device = summary["plan"]["device"]
+    files = [(summary_path, results / "gpu"), (src / "gpu_run.png", results / "gpu")]
+    files += [(f, results / "bench" / device) for f in sorted((src / device).glob("*.json"))]
+    copied = []
+    for f, dest in files:
+        if not f.is_file():
+            continue
+        text = f.read_text() if f.suffix == ".json" else ""
+        for marker in ("/tmp/", "/root/", "/home/", "/work/", "/opt/"):
+            if marker in text:
+                raise ValueError(f"{f} names a path of the machine that made it ({marker}...); "
+                                 "results must not: fix the writer, then run the call again")
+        dest.mkdir(parents=True, exist_ok=True)
+        copied.append(Path(shutil.copy2(f, dest / f.name)))
+        if f.suffix == ".json" and dest.name == device:
+            save_plot(json.loads(text), dest)
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in CHILDREN:                 # a part's child process (run_call starts it)
+        name, plan, work, *rest = argv
+        return CHILDREN[name](PLANS[plan], Path(work), *rest)
+    p = Parser(prog="python -m attnbook.gpu_run",
+               description="The GPU call: tune gpu-base, race the families on the clock, run "
+                           "the benchmarks; one command of at most nine minutes.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--out", type=Path, help="folder for the call's files (on the lent "
+                                               "machine: $OUT)")
+    what.add_argument("--prepare-data", action="store_true",
+                      help="copy Multi30k into .gpu_data/ (ignored by git) for the GPU machine")
+    what.add_argument("--collect", type=Path, metavar="OUT",
+                      help="copy a call's files into results/ and draw the benchmark figures")
+    p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: seconds")
+    p.add_argument("--only", action="append", choices=PARTS, help="run only this part "
+                   "(repeatable; the parts after check read what earlier calls left in --work)")
+    p.add_argument("--work", type=Path, help="folder for runs and caches (default: a new "
+                                             "temporary folder)")
+    p.add_argument("--data-dir", type=Path, help="Multi30k (default: .gpu_data/multi30k if it "
+                                                 "is there, else $MULTI30K_DIR or the cache)")
+    p.add_argument("--results", type=Path, default=ROOT / "results",
+                   help="with --collect: the results folder (default: the repository's)")
+    args = p.parse_args(argv)
+    try:
+        return _main(args)
+    except (DataError, RunError, ConfigError, ValueError, FileNotFoundError) as e:
+        return fail(e)
+
+
+def _main(args) -> int:
+    if args.prepare_data:
+        files = prepare_data()
+        print(f"copied {len(files)} files into {DATA_COPY / 'multi30k'}; name .gpu_data in the "
+              "device call's carry")
+        return 0
+    if args.collect:
+        for f in collect(args.collect, args.results, allow_dry=args.results != ROOT / "results"):
+            print(f"wrote {f}")
+        return 0
+    plan = DRY if args.dry_run else FULL
+    data_dir = args.data_dir or (DATA_COPY / "multi30k" if (DATA_COPY / "multi30k").is_dir()
+                                 else None)
+    work = args.work or Path(tempfile.mkdtemp(prefix="attnbook-gpu-run-"))
+    summary = run_call(plan, args.out.resolve(), work.resolve(), data_dir, args.only)
+    print(json.dumps({"parts": {k: v["status"] for k, v in summary["parts"].items()},
+                      "best": summary["best"], "wall_s": summary["provenance"]["wall_s"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

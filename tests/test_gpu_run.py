@@ -1,0 +1,222 @@
+"""The GPU call (python -m attnbook.gpu_run, tools/gpu_run.sh): its dry run on the CPU, the time
+limits of its parts, its deadline, and the step that turns its files into results."""
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnbook import gpu_run
+from attnbook.benchmarks import SECTIONS
+from attnbook.bench_models import bench_training_config
+from attnbook.bench_attention import bench_attention
+from attnbook.recipe import preset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """One dry run of the whole call, through the script a GPU machine runs."""
+    tmp = tmp_path_factory.mktemp("gpu-call")
+    out, work = tmp / "out", tmp / "work"
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
+    run = subprocess.run(["bash", str(ROOT / "tools" / "gpu_run.sh"), "--dry-run", "--work",
+                          str(work)], env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return out, json.loads((out / "gpu_run.json").read_text())
+
+
+def test_dry_run_runs_every_part_within_its_limit(dry_run):
+    _, summary = dry_run
+    assert summary["dry_run"] is True and list(summary["parts"]) == list(gpu_run.PARTS)
+    for part, record in summary["parts"].items():
+        assert record["status"] == "ok", (part, record)
+        assert 0 < record["seconds"] <= record["limit_s"] == gpu_run.DRY.limits[part]
+    assert summary["parts"]["train"]["return_codes"] == [0] * len(gpu_run.DRY_CANDIDATES)
+    assert summary["check"]["data"] == {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
+    assert summary["check"]["problems"] == []
+
+
+def test_dry_run_trains_every_candidate_for_its_time_and_keeps_the_curves(dry_run):
+    _, summary = dry_run
+    runs = summary["candidates"]
+    assert set(runs) == set(gpu_run.DRY_CANDIDATES)
+    for name, run in runs.items():
+        assert run["finished"] and run["steps"] >= 5, name
+        assert gpu_run.DRY.train_seconds <= run["train_time_s"] < gpu_run.DRY.train_seconds + 5
+        steps = [p["step"] for p in run["curve"]]
+        assert steps == sorted(steps) and steps[-1] == run["steps"] and len(steps) >= 2
+        assert run["val_loss"] == run["curve"][-1]["val_loss"]
+    assert runs["pre-ln"]["config"]["norm_first"] is True
+    assert runs["paper"]["config"]["norm_first"] is False
+    # the best of each family is the one with the lowest validation loss
+    for model, name in summary["best"].items():
+        rivals = [r["val_loss"] for r in runs.values() if r["model"] == model]
+        assert runs[name]["model"] == model and runs[name]["val_loss"] == min(rivals)
+    assert set(summary["best"]) == {"transformer", "gru-additive"}
+
+
+def test_dry_run_scores_the_best_with_beam_and_greedy_search(dry_run):
+    _, summary = dry_run
+    scores = summary["scores"]
+    assert scores["test_set"] == "test_2016_flickr (16 of 1000 sentences)"
+    for name in summary["best"].values():
+        got = scores["runs"][name]
+        assert set(got) == {"beam 4, alpha 0.6", "greedy"}
+        for s in got.values():
+            assert 0 <= s["bleu"] <= 100 and s["signature"].startswith("nrefs:1|case:mixed")
+            assert len(s["examples"]) == 3
+    others = set(summary["candidates"]) - set(summary["best"].values())
+    assert {n for n in scores["runs"] if n in others} == others   # then the rest, greedily
+    assert all(set(scores["runs"][n]) == {"greedy"} for n in others)
+
+
+def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
+    out, summary = dry_run
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == ["cpu/attention.json", "cpu/decoding.json", "cpu/recurrence.json",
+                     "cpu/training.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
+    assert len(files) <= 8                        # what a lent machine gives back
+    prov = summary["provenance"]
+    assert prov["command"] == "python -m attnbook.gpu_run --dry-run --out OUT"
+    assert prov["versions"]["torch"] == torch.__version__
+    assert prov["wall_s"] > 0 and prov["cpu_s"] > 0 and len(prov["git_commit"]) == 40
+    assert prov["processes_at_once"]["train"] == len(gpu_run.DRY_CANDIDATES)
+    for f in out.rglob("*.json"):
+        text = f.read_text()
+        assert str(out) not in text and "/tmp/" not in text and str(ROOT) not in text, f
+    for section in SECTIONS:
+        res = json.loads((out / "cpu" / f"{section}.json").read_text())
+        assert res["benchmark"] == section and res["short"] is True and res["quick"] is True
+        assert res["command"].startswith("python -m attnbook.benchmarks --only " + section)
+    assert (out / "gpu_run.png").stat().st_size > 20_000
+
+
+def test_collect_copies_the_files_and_draws_the_benchmark_figures(dry_run, tmp_path):
+    out, _ = dry_run
+    copied = gpu_run.collect(out, tmp_path / "results", allow_dry=True)
+    names = sorted(p.relative_to(tmp_path / "results").as_posix() for p in copied)
+    assert names == ["bench/cpu/attention.json", "bench/cpu/decoding.json",
+                     "bench/cpu/recurrence.json", "bench/cpu/training.json",
+                     "gpu/gpu_run.json", "gpu/gpu_run.png"]
+    for section in SECTIONS:
+        assert (tmp_path / "results" / "bench" / "cpu" / f"{section}.png").stat().st_size > 10_000
+    with pytest.raises(ValueError, match="dry run"):
+        gpu_run.collect(out, tmp_path / "results")
+
+
+def test_collect_refuses_a_file_that_names_a_local_path(tmp_path):
+    summary = {"dry_run": False, "plan": {"device": "cuda"}, "where": "/tmp/x/runs"}
+    (tmp_path / "gpu_run.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="names a path"):
+        gpu_run.collect(tmp_path, tmp_path / "results")
+    with pytest.raises(FileNotFoundError, match="gpu_run.json not found"):
+        gpu_run.collect(tmp_path / "nowhere", tmp_path / "results")
+
+
+def test_a_part_over_its_limit_is_killed_with_what_it_started(tmp_path):
+    log = tmp_path / "log"
+    # the child starts a grandchild: both must go when the limit passes
+    sleeper = [sys.executable, "-c", "import subprocess, sys, time; "
+               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+               "print('started', flush=True); time.sleep(60)"]
+    start = time.perf_counter()
+    record = gpu_run.run_processes([sleeper, [sys.executable, "-c", "pass"]], 2.0, log)
+    assert time.perf_counter() - start < 20
+    assert record["status"] == "timeout" and record["return_codes"][0] != 0
+    assert record["return_codes"][1] == 0 and record["limit_s"] == 2.0
+    assert "started" in log.read_text()
+    gone = subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"], capture_output=True, text=True)
+    assert gone.stdout.strip() == ""
+    failed = gpu_run.run_processes([[sys.executable, "-c", "raise SystemExit(3)"]], 10, log)
+    assert failed["status"] == "failed" and failed["return_codes"] == [3]
+
+
+def test_past_the_deadline_every_part_is_skipped_and_the_summary_still_written(tmp_path):
+    plan = replace(gpu_run.DRY, minutes=0.2)          # 12 s, less the summary's 15 s
+    summary = gpu_run.run_call(plan, tmp_path / "out", tmp_path / "work", None)
+    assert {r["status"] for r in summary["parts"].values()} == {"skipped"}
+    assert json.loads((tmp_path / "out" / "gpu_run.json").read_text())["parts"] == summary["parts"]
+    assert not (tmp_path / "out" / "gpu_run.png").exists()       # no curve, no figure
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without a GPU")
+def test_the_full_call_on_a_machine_without_a_gpu_stops_at_the_check(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "work" / "runs").mkdir(parents=True)
+    summary = gpu_run.run_call(gpu_run.FULL, tmp_path / "out", tmp_path / "work", None,
+                               only=["check", "train"])
+    assert summary["parts"]["check"]["status"] == "failed"
+    assert summary["parts"]["train"] == {"status": "skipped", "why": "the check failed (see check)"}
+    assert any("sees no CUDA GPU" in p for p in summary["check"]["problems"])
+
+
+def test_the_candidates_are_what_the_plan_says():
+    base = preset("gpu-base")
+    for name, (model, changes) in gpu_run.CANDIDATES.items():
+        cfg = gpu_run.candidate_config(gpu_run.FULL, name)
+        assert cfg.model == model and cfg.time_budget_s == gpu_run.FULL.train_seconds
+        assert cfg.compile == (model == "transformer") and cfg.precision == "auto"
+        assert cfg.max_steps > 10 ** 5                      # the clock ends the run, not a count
+        for key, value in changes.items():
+            assert getattr(cfg.arch, key, getattr(cfg, key, None)) == value, (name, key)
+    paper = gpu_run.candidate_config(gpu_run.FULL, "paper")
+    assert (paper.warmup, paper.peak_lr, paper.arch) == (base.warmup, base.peak_lr, base.arch)
+    assert {m for m, _ in gpu_run.CANDIDATES.values()} == {"transformer", "gru-additive"}
+
+
+def test_command_line_errors_are_one_line(tmp_path):
+    for argv in (["--out", str(tmp_path), "--collect", str(tmp_path)], [],
+                 ["--collect", str(tmp_path / "none")], ["--out", str(tmp_path), "--only", "x"]):
+        run = subprocess.run([sys.executable, "-m", "attnbook.gpu_run", *argv],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2, argv
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (argv, run.stderr)
+
+
+def test_prepare_data_copies_the_checked_files_and_the_commit(tmp_path):
+    files = gpu_run.prepare_data(tmp_path)
+    assert sorted(f.name for f in files) == sorted(
+        f"{s}.{lang}.gz" for s in ("train", "val", "test_2016_flickr") for lang in ("de", "en", "fr"))
+    assert all(f.parent == tmp_path / "multi30k" and f.stat().st_size > 1000 for f in files)
+    assert len((tmp_path / "COMMIT").read_text().strip()) == 40
+
+
+# --- the benchmarks' GPU paths that a CPU can run ----------------------------------------------
+
+def test_sdpa_backends_are_measured_or_listed_once_as_unavailable():
+    res = bench_attention(torch.device("cpu"), quick=True, backends=True)
+    names = {r["name"] for r in res["results"]}
+    assert {"SDPA math", "SDPA flash"} <= names           # a CPU has these two
+    missing = [c for c in res["capped"] if c["name"] in ("SDPA memory-efficient", "SDPA cuDNN")]
+    assert len(missing) == 2 and all(c["why"].startswith("unavailable on cpu") for c in missing)
+    assert "backends" in res["settings"]
+    plain = bench_attention(torch.device("cpu"), quick=True)    # the CPU's default: no backends
+    assert not any(r["name"].startswith("SDPA") for r in plain["results"])
+
+
+def test_training_benchmark_compiles_only_the_models_asked_for():
+    res = bench_training_config("quick", torch.device("cpu"), [("fp32", False), ("fp32", True)],
+                                rounds=1, compile_models=())
+    compiled = [r for r in res["results"] if r["compiled"]]
+    assert len(compiled) == 2 and all("one compile per call" in r["error"] for r in compiled)
+    assert all(r["tokens_per_s"] > 0 for r in res["results"] if not r["compiled"])
+
+
+def test_the_readme_table_states_the_plan():
+    """The README's table of parts quotes each limit and the training time from the plan."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| part | what it does | limit |"):]
+    table = table[:table.index("\n\n")]
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[-2].strip()
+            for line in table.splitlines()[2:]}
+    assert rows == {part: f"{limit} s" for part, limit in gpu_run.FULL.limits.items()}
+    assert f"each for {gpu_run.FULL.train_seconds:.0f} s of training" in table
+    assert f"at most nine minutes" in readme and gpu_run.FULL.minutes == 9

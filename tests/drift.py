@@ -44,6 +44,8 @@ PRESETS_SOURCE = "attnbook.recipe.PRESETS"
 # output prints them. Keep this short; a measured number never belongs here.
 ALLOWED: dict[str, str] = {
     "25000": "the paper's batches: about 25,000 source and 25,000 target tokens (its section 5.1)",
+    "100000": "the paper's base model trained for 100,000 steps (its section 5.2 and Table 3)",
+    "37000": "the paper's shared BPE vocabulary of about 37,000 tokens (its section 5.1)",
 }
 
 

@@ -257,7 +257,8 @@ def check_text(text: str, page: str, base: tuple[str, ...] = (), offset: int = 0
 
 def check_page(path: Path, page: str | None = None) -> list[Problem]:
     """A markdown page (book/*.md, README.md)."""
-    return check_text(path.read_text(encoding="utf-8"), page or str(path.relative_to(ROOT)))
+    page = page or str(path.resolve().relative_to(ROOT))
+    return check_text(path.read_text(encoding="utf-8"), page)
 
 
 def check_notebook(path: Path, page: str | None = None) -> list[Problem]:

@@ -312,9 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                description="The book's benchmark suite (appendix Performance).")
     p.add_argument("--quick", action="store_true", help="tiny sizes: seconds (the tests run it)")
     p.add_argument("--short", action="store_true",
-                   help="the GPU call's budget (python -m attnbook.gpu_run): full sizes, but the "
-                        "training benchmark measures only the paper's base model, with one "
-                        "compile and 6 rounds")
+                   help="the GPU call's budget (python -m attnbook.gpu_run): full sizes, but on "
+                        "a GPU the training benchmark measures only the paper's base model, "
+                        "without fp32 compiled, in 6 rounds")
     p.add_argument("--only", action="append", choices=SECTIONS,
                    help="run only this benchmark (may be repeated)")
     p.add_argument("--out", type=Path, default=None,

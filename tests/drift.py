@@ -102,17 +102,25 @@ def prose(text: str) -> list[tuple[int, str]]:
     targets, URLs, HTML comments and tags, directive options and labels' lines."""
     text = re.sub(r"<!--.*?-->", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
     text = re.sub(r"\$\$.*?\$\$", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
-    lines, out, fence = text.split("\n"), [], None
+    lines, out, fence, directives = text.split("\n"), [], None, []
     for i, line in enumerate(lines, 1):
         m = FENCE.match(line)
+        closing = bool(m) and not m.group(3) and not m.group(4).strip()
         if fence is not None:
-            if m and m.group(2)[0] == fence[0] and len(m.group(2)) >= len(fence) and not m.group(4).strip() and not m.group(3):
+            if closing and m.group(2)[0] == fence[0] and len(m.group(2)) >= len(fence):
                 fence = None
+            continue
+        if closing and directives and m.group(2)[0] == directives[-1][0] \
+                and len(m.group(2)) >= len(directives[-1]):
+            directives.pop()                      # the end of a prose directive (exercise...)
             continue
         if m and (m.group(3) or "") in CODE_FENCES:
             fence = m.group(2)
             continue
-        if m or re.match(r"^\s*:[\w-]+:", line) or re.match(r"^\s*\([\w-]+\)=\s*$", line):
+        if m:
+            directives.append(m.group(2))         # a directive whose text is prose
+            continue
+        if re.match(r"^\s*:[\w-]+:", line) or re.match(r"^\s*\([\w-]+\)=\s*$", line):
             continue
         line = re.sub(r"\\begin\{.*?\\end\{[^}]*\}", _blank, line)
         line = re.sub(r"(?<!\\)\$[^$]*\$", _blank, line)

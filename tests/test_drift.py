@@ -135,8 +135,10 @@ def test_what_is_not_a_quoted_number_is_skipped():
         "{cite}`vaswani2017attention`, <!-- 4096 -->, 3 seeds and 12 heads.",
         "```bash", "python -m attnbook.train --max-steps 2400", "```",
         "```{exercise} A title", ":label: ex-09-beam-width", "Measured: 0.123.", "```",
+        "After the exercise: 0.456.", "```", "print(789)", "```", "And 0.321.",
     ])
-    assert [(n.line, n.text) for n in numbers(text)] == [(10, "0.123")]
+    assert [(n.line, n.text) for n in numbers(text)] == [(10, "0.123"), (12, "0.456"),
+                                                         (16, "0.321")]
 
 
 def test_rounding_percent_and_millions():

@@ -82,8 +82,11 @@ LABEL_WORDS = (r"chapters?|sections?|tables?|figures?|parts?|layers?|heads?|sent
                r"PAD=|UNK=|BOS=|EOS=|Ch\.|§")
 # a label word followed by one or more numbers: "layer 2", "sentences 0, 50, ..., 950",
 # "chapters 1–3", "seeds 0, 1 and 2", "positions 16 to 47", "section 3.2.1"
+# (a label is an integer or a section's number, never a decimal such as 0.45: "the same layer
+# 0.45" and "layer 2 and 0.34 to 0.57" quote measurements after the label)
+LABEL_NUMBER = r"(?:[1-9]\d*(?:\.\d+)*|0)(?!\.?\d)"
 LABEL = re.compile(
-    rf"(?i)\b(?:{LABEL_WORDS})\s*(\d+(?:\.\d+)*(?:\s*(?:,|–|-|to|and|or|\.\.\.|…)\s*(?:\.\.\.,?\s*)?\d+(?:\.\d+)*)*)")
+    rf"(?i)\b(?:{LABEL_WORDS})\s*({LABEL_NUMBER}(?:\s*(?:,|–|-|to|and|or|\.\.\.|…)\s*(?:\.\.\.,?\s*)?{LABEL_NUMBER})*)")
 NUMBER = re.compile(r"(?<![\w.\-/+^_])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(\s?%)?(?![\w%]|[.,]\d)"
                     r"(\s+million\b)?")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(\{[\w-]+\})?(.*)$")

@@ -136,9 +136,10 @@ def test_what_is_not_a_quoted_number_is_skipped():
         "```bash", "python -m attnbook.train --max-steps 2400", "```",
         "```{exercise} A title", ":label: ex-09-beam-width", "Measured: 0.123.", "```",
         "After the exercise: 0.456.", "```", "print(789)", "```", "And 0.321.",
+        "A label is no decimal: head 2 of the same layer 0.45, layer 2 and 0.34 to 0.57.",
     ])
-    assert [(n.line, n.text) for n in numbers(text)] == [(10, "0.123"), (12, "0.456"),
-                                                         (16, "0.321")]
+    assert [(n.line, n.text) for n in numbers(text)] == [
+        (10, "0.123"), (12, "0.456"), (16, "0.321"), (17, "0.45"), (17, "0.34"), (17, "0.57")]
 
 
 def test_rounding_percent_and_millions():

@@ -15,7 +15,10 @@ heading for that section; where several hold, a number may come from any of them
 * a JSON file (results/**): every number in it, also the numbers inside its strings;
 * any other text file (a workflow, requirements.txt, a module of the package): the numbers in it,
   the definitions the prose restates;
-* ``attnbook.recipe.PRESETS``: every number of every preset's configuration.
+* ``attnbook.recipe.PRESETS``: every number of every preset's configuration;
+* a function of a test module, ``tests/test_explorer.py:transformer_page_numbers``: every number
+  of what it returns, for statistics (means, sums, ratios, correlations) that no file holds and
+  the test recomputes from the committed data it names.
 
 A notebook's own markdown cells are backed by that notebook and by results/**, and may name more
 sources with the same comment.
@@ -207,6 +210,8 @@ def source_numbers(name: str) -> frozenset[float]:
 
         from attnbook.recipe import PRESETS
         return frozenset(numbers_in_json({k: asdict(v) for k, v in PRESETS.items()}))
+    if m := re.fullmatch(r"(.+\.py):(\w+)", name):
+        return frozenset(numbers_in_json(_function(m.group(1), m.group(2))()))
     path = Path(name) if Path(name).is_absolute() else ROOT / name
     if not path.is_file():
         raise FileNotFoundError(f"numbers-from names {name}, which does not exist")
@@ -216,6 +221,25 @@ def source_numbers(name: str) -> frozenset[float]:
     if path.suffix == ".json":
         return frozenset(numbers_in_json(json.loads(text)))
     return frozenset(numbers_in_text(text))
+
+
+def _function(file: str, name: str):
+    """The function ``name`` of the module at ``file`` (tests/test_explorer.py), imported once."""
+    import importlib.util
+    import sys
+    path = Path(file) if Path(file).is_absolute() else ROOT / file
+    if not path.is_file():
+        raise FileNotFoundError(f"numbers-from names {file}, which does not exist")
+    module = sys.modules.get(path.stem)                  # already imported by pytest
+    if getattr(module, "__file__", None) != str(path):
+        spec = importlib.util.spec_from_file_location(f"drift_source_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, str(path.parent))
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(path.parent))
+    return getattr(module, name)
 
 
 def results_sources() -> tuple[str, ...]:

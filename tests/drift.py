@@ -25,10 +25,10 @@ sources with the same comment.
 
 A prose number is backed when a source holds a number that, rounded to as many decimals as the
 prose shows, is the prose number (0.55 matches 0.5512; 40.07 matches 40.07; 25 matches 24.81),
-or is 100 times it (91.7 % matches 0.917). Signs are ignored. What is not a quoted measurement is
-not checked: code, math, links, HTML, directive options, labels ("chapter 9", "layer 2",
-"sentences 0, 50, ..., 950", "section 3.2.1"), years, and integers below 13 (counts such as
-"3 seeds" or "4 heads", and the numbers of chapters). ALLOWED lists the few definitional numbers
+or is 100 times it (91.7 % matches 0.917; in "97–99 %" both ends are percentages). Signs are
+ignored. What is not a quoted measurement is not checked: code, math, links, HTML, directive
+options, labels ("chapter 9", "layer 2", "sentences 0, 50, ..., 950", "section 3.2.1"), years,
+and integers below 13 (counts such as "3 seeds" or "4 heads", and the numbers of chapters). ALLOWED lists the few definitional numbers
 that need no source, each with its reason.
 """
 from __future__ import annotations
@@ -88,10 +88,12 @@ LABEL_WORDS = (r"chapters?|sections?|tables?|figures?|parts?|layers?|heads?|sent
 # (a label is an integer or a section's number, never a decimal such as 0.45: "the same layer
 # 0.45" and "layer 2 and 0.34 to 0.57" quote measurements after the label)
 LABEL_NUMBER = r"(?:[1-9]\d*(?:\.\d+)*|0)(?!\.?\d)"
+LABEL_SEPARATOR = r"\s*(?:,|–|-|to|and|or|\.\.\.|…)\s*(?:\.\.\.,?\s*)?"
 LABEL = re.compile(
-    rf"(?i)\b(?:{LABEL_WORDS})\s*({LABEL_NUMBER}(?:\s*(?:,|–|-|to|and|or|\.\.\.|…)\s*(?:\.\.\.,?\s*)?{LABEL_NUMBER})*)")
+    rf"(?i)\b(?:{LABEL_WORDS})\s*({LABEL_NUMBER}(?:{LABEL_SEPARATOR}{LABEL_NUMBER})*)")
 NUMBER = re.compile(r"(?<![\w.\-/+^_])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(\s?%)?(?![\w%]|[.,]\d)"
                     r"(\s+million\b)?")
+RANGE_PERCENT = re.compile(r"\s*(?:–|-|to)\s*\d[\d,]*(?:\.\d+)?\s?%")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(\{[\w-]+\})?(.*)$")
 # fenced blocks whose text is not prose; every other MyST directive (exercise, solution,
 # glossary, admonitions, figure captions) holds prose and is read
@@ -144,6 +146,8 @@ def numbers(text: str) -> list[Number]:
     for i, line in prose(text):
         for m in NUMBER.finditer(line):
             whole, frac, pct = m.group(1), m.group(2) or "", m.group(3) or ""
+            if not pct and RANGE_PERCENT.match(line, m.end()):
+                pct = "%"                                 # "97–99 %": a range of percentages
             scale = 1e6 if m.group(4) else 1.0
             value = float(whole.replace(",", "") + frac)
             if not frac and not pct and scale == 1 and (value < 13 or ("," not in whole and 1950 <= value <= 2030)):

@@ -146,8 +146,12 @@ def test_rounding_percent_and_millions():
         for line, value, ok in [("0.55", 0.5512, True), ("0.55", 0.5562, False),
                                 ("91.7 %", 0.917, True), ("91.7%", 91.7, True),
                                 ("25 minutes", 24.81, True), ("63 million", 63_082_496, True),
-                                ("40.07", 40.066, True), ("40.07", 40.1, False)]:
-            drift.source_numbers = lambda name, v=value: frozenset({v})
+                                ("40.07", 40.066, True), ("40.07", 40.1, False),
+                                ("97–99 %", (0.967, 0.992), True), ("97–99 %", (97, 0.992), True),
+                                ("97–99 %", (96.7, 0.99), True), ("97–99 %", (0.967, 0.982), False),
+                                ("97 to 99%", (0.967, 0.992), True)]:
+            values = value if isinstance(value, tuple) else (value,)
+            drift.source_numbers = lambda name, v=values: frozenset(v)
             assert backed(line) == ok, (line, value)
     finally:
         drift.source_numbers = original

@@ -1,6 +1,8 @@
-"""Numbers that cannot drift (issue 24, item 4): every number quoted in the prose pages in scope
-is found in an output, a result file or a definition that the page names (tests/drift.py
-explains how a page names its sources and what counts as found)."""
+"""Numbers that cannot drift (issue 24, item 4): every number quoted in the book's prose (every
+book/*.md page, the whole README and the markdown of every notebook) is found in an output, a
+result file or a definition that the page names (tests/drift.py explains how a page names its
+sources and what counts as found; `python tests/drift.py PAGE` prints one page's problems)."""
+import json
 import re
 import shutil
 
@@ -12,12 +14,9 @@ from drift import (ALLOWED, ROOT, check_notebook, check_page, check_text, declar
 # every book/*.md page (the explorer pages name the functions of tests/test_explorer.py and
 # tests/test_head_ablation.py that recompute their statistics from the committed data)
 PAGES = sorted(p.name for p in (ROOT / "book").glob("*.md"))
-# notebooks whose markdown cells are checked, each against its own outputs and code and
-# results/** (the others quote numbers derived from outputs that no output prints yet; see
-# the report of issue 24)
-NOTEBOOKS = ("02_additive_attention", "03_dot_product_attention", "04_scaled_dot_product",
-             "06_masking_cross_attention", "12_workshop", "appendix_ablations",
-             "appendix_performance")
+# every notebook's markdown cells, each against its own outputs and code, results/** and what its
+# numbers-from comments name
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
 
 
 def report(problems) -> str:
@@ -54,7 +53,6 @@ def test_every_number_of_a_notebooks_markdown_is_backed(name):
 
 
 def test_a_stale_number_in_a_notebooks_markdown_is_reported(tmp_path):
-    import json
     nb = json.loads((ROOT / "notebooks" / "06_masking_cross_attention.ipynb").read_text())
     cell = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"
                 and "34.5 %" in "".join(c["source"]))
@@ -66,11 +64,19 @@ def test_a_stale_number_in_a_notebooks_markdown_is_reported(tmp_path):
     assert all(p.line // 1000 == cell for p in problems)
 
 
+def test_the_scope_is_every_page():
+    assert len(PAGES) >= 10 and {"explorer.md", "explorer_bahdanau.md", "faq.md"} <= set(PAGES)
+    assert len(NOTEBOOKS) >= 15 and NOTEBOOKS[0] == "00_setup" and "12_workshop" in NOTEBOOKS
+
+
 def test_every_named_source_exists_and_holds_numbers():
     pages = [ROOT / "book" / n for n in PAGES] + [ROOT / "README.md"]
-    named = {s for p in pages for *_, sources in declared(p.read_text(encoding="utf-8"))
-             for s in sources}
-    assert len(named) >= 15
+    texts = [p.read_text(encoding="utf-8") for p in pages] + [
+        "".join(c["source"]) for n in NOTEBOOKS
+        for c in json.loads((ROOT / "notebooks" / f"{n}.ipynb").read_text())["cells"]
+        if c["cell_type"] == "markdown"]
+    named = {s for text in texts for *_, sources in declared(text) for s in sources}
+    assert len(named) >= 20
     for s in sorted(named):
         assert source_numbers(s), s
 

@@ -312,3 +312,38 @@ def check_notebook(path: Path, page: str | None = None) -> list[Problem]:
             problems += check_text("".join(cell["source"]), page, own + results_sources(),
                                    offset=i * 1000)
     return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python tests/drift.py PAGE ...``: the unbacked numbers of each page (book/*.md,
+    README.md or a notebook's markdown); no page: every page the test checks. Exit status 1 if
+    any."""
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.startswith("-") for a in argv):
+        print(main.__doc__.strip())
+        return 2
+    paths = [Path(a).resolve() for a in argv] or sorted(
+        [*(ROOT / "book").glob("*.md"), ROOT / "README.md", *(ROOT / "notebooks").glob("*.ipynb")])
+    count = 0
+    for path in paths:
+        if not path.is_file():
+            print(f"{path}: no such page", file=sys.stderr)
+            return 2
+        rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        if path.suffix == ".ipynb":
+            problems = check_notebook(path, rel)
+            for p in problems:                      # a notebook's line is cell * 1000 + line
+                print(str(p).replace(f"{rel}:{p.line}:",
+                                     f"{rel}, cell {p.line // 1000}, line {p.line % 1000}:", 1))
+        else:
+            problems = check_page(path, rel)
+            for p in problems:
+                print(p)
+        count += len(problems)
+    print(f"{count} unbacked number(s) in {len(paths)} page(s)")
+    return 1 if count else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

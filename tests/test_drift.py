@@ -171,3 +171,20 @@ def test_numbers_of_notebook_outputs_and_results_are_read():
     assert 1014 in source_numbers("results/cpu/head_ablation.json")   # inside a string
     assert {4000, 6000, 8000} <= source_numbers("attnbook.recipe.PRESETS")
     assert re.search(r"numbers-from", (ROOT / "book" / "faq.md").read_text(encoding="utf-8"))
+
+
+def test_the_command_prints_one_pages_problems(tmp_path, capsys):
+    import drift
+    assert drift.main([str(ROOT / "book" / "faq.md")]) == 0
+    assert capsys.readouterr().out == "0 unbacked number(s) in 1 page(s)\n"
+    page = tmp_path / "faq.md"
+    page.write_text((ROOT / "book" / "faq.md").read_text(encoding="utf-8").replace(
+        "correct next token is 0.55", "correct next token is 0.62"), encoding="utf-8")
+    assert drift.main([str(page)]) == 1
+    out = capsys.readouterr().out
+    assert "'0.62' is backed by none of" in out and out.endswith("1 unbacked number(s) in 1 page(s)\n")
+    nb = ROOT / "notebooks" / "06_masking_cross_attention.ipynb"
+    copy = tmp_path / "06.ipynb"
+    copy.write_text(nb.read_text(encoding="utf-8").replace("34.5 %", "43.5 %"), encoding="utf-8")
+    assert drift.main([str(copy)]) == 1
+    assert re.search(r"06\.ipynb, cell \d+, line \d+: '43\.5 %'", capsys.readouterr().out)

@@ -15,17 +15,20 @@ heading for that section; where several hold, a number may come from any of them
 * a JSON file (results/**): every number in it, also the numbers inside its strings;
 * any other text file (a workflow, requirements.txt, a module of the package): the numbers in it,
   the definitions the prose restates;
-* ``attnbook.recipe.PRESETS``: every number of every preset's configuration.
+* ``attnbook.recipe.PRESETS``: every number of every preset's configuration;
+* a function of a test module, ``tests/test_explorer.py:transformer_page_numbers``: every number
+  of what it returns, for statistics (means, sums, ratios, correlations) that no file holds and
+  the test recomputes from the committed data it names.
 
 A notebook's own markdown cells are backed by that notebook and by results/**, and may name more
 sources with the same comment.
 
 A prose number is backed when a source holds a number that, rounded to as many decimals as the
 prose shows, is the prose number (0.55 matches 0.5512; 40.07 matches 40.07; 25 matches 24.81),
-or is 100 times it (91.7 % matches 0.917). Signs are ignored. What is not a quoted measurement is
-not checked: code, math, links, HTML, directive options, labels ("chapter 9", "layer 2",
-"sentences 0, 50, ..., 950", "section 3.2.1"), years, and integers below 13 (counts such as
-"3 seeds" or "4 heads", and the numbers of chapters). ALLOWED lists the few definitional numbers
+or is 100 times it (91.7 % matches 0.917; in "97–99 %" both ends are percentages). Signs are
+ignored. What is not a quoted measurement is not checked: code, math, links, HTML, directive
+options, labels ("chapter 9", "layer 2", "sentences 0, 50, ..., 950", "section 3.2.1"), years,
+and integers below 13 (counts such as "3 seeds" or "4 heads", and the numbers of chapters). ALLOWED lists the few definitional numbers
 that need no source, each with its reason.
 """
 from __future__ import annotations
@@ -82,10 +85,15 @@ LABEL_WORDS = (r"chapters?|sections?|tables?|figures?|parts?|layers?|heads?|sent
                r"PAD=|UNK=|BOS=|EOS=|Ch\.|§")
 # a label word followed by one or more numbers: "layer 2", "sentences 0, 50, ..., 950",
 # "chapters 1–3", "seeds 0, 1 and 2", "positions 16 to 47", "section 3.2.1"
+# (a label is an integer or a section's number, never a decimal such as 0.45: "the same layer
+# 0.45" and "layer 2 and 0.34 to 0.57" quote measurements after the label)
+LABEL_NUMBER = r"(?:[1-9]\d*(?:\.\d+)*|0)(?!\.?\d)"
+LABEL_SEPARATOR = r"\s*(?:,|–|-|to|and|or|\.\.\.|…)\s*(?:\.\.\.,?\s*)?"
 LABEL = re.compile(
-    rf"(?i)\b(?:{LABEL_WORDS})\s*(\d+(?:\.\d+)*(?:\s*(?:,|–|-|to|and|or|\.\.\.|…)\s*(?:\.\.\.,?\s*)?\d+(?:\.\d+)*)*)")
+    rf"(?i)\b(?:{LABEL_WORDS})\s*({LABEL_NUMBER}(?:{LABEL_SEPARATOR}{LABEL_NUMBER})*)")
 NUMBER = re.compile(r"(?<![\w.\-/+^_])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(\s?%)?(?![\w%]|[.,]\d)"
                     r"(\s+million\b)?")
+RANGE_PERCENT = re.compile(r"\s*(?:–|-|to)\s*\d[\d,]*(?:\.\d+)?\s?%")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(\{[\w-]+\})?(.*)$")
 # fenced blocks whose text is not prose; every other MyST directive (exercise, solution,
 # glossary, admonitions, figure captions) holds prose and is read
@@ -102,17 +110,25 @@ def prose(text: str) -> list[tuple[int, str]]:
     targets, URLs, HTML comments and tags, directive options and labels' lines."""
     text = re.sub(r"<!--.*?-->", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
     text = re.sub(r"\$\$.*?\$\$", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
-    lines, out, fence = text.split("\n"), [], None
+    lines, out, fence, directives = text.split("\n"), [], None, []
     for i, line in enumerate(lines, 1):
         m = FENCE.match(line)
+        closing = bool(m) and not m.group(3) and not m.group(4).strip()
         if fence is not None:
-            if m and m.group(2)[0] == fence[0] and len(m.group(2)) >= len(fence) and not m.group(4).strip() and not m.group(3):
+            if closing and m.group(2)[0] == fence[0] and len(m.group(2)) >= len(fence):
                 fence = None
+            continue
+        if closing and directives and m.group(2)[0] == directives[-1][0] \
+                and len(m.group(2)) >= len(directives[-1]):
+            directives.pop()                      # the end of a prose directive (exercise...)
             continue
         if m and (m.group(3) or "") in CODE_FENCES:
             fence = m.group(2)
             continue
-        if m or re.match(r"^\s*:[\w-]+:", line) or re.match(r"^\s*\([\w-]+\)=\s*$", line):
+        if m:
+            directives.append(m.group(2))         # a directive whose text is prose
+            continue
+        if re.match(r"^\s*:[\w-]+:", line) or re.match(r"^\s*\([\w-]+\)=\s*$", line):
             continue
         line = re.sub(r"\\begin\{.*?\\end\{[^}]*\}", _blank, line)
         line = re.sub(r"(?<!\\)\$[^$]*\$", _blank, line)
@@ -130,6 +146,8 @@ def numbers(text: str) -> list[Number]:
     for i, line in prose(text):
         for m in NUMBER.finditer(line):
             whole, frac, pct = m.group(1), m.group(2) or "", m.group(3) or ""
+            if not pct and RANGE_PERCENT.match(line, m.end()):
+                pct = "%"                                 # "97–99 %": a range of percentages
             scale = 1e6 if m.group(4) else 1.0
             value = float(whole.replace(",", "") + frac)
             if not frac and not pct and scale == 1 and (value < 13 or ("," not in whole and 1950 <= value <= 2030)):
@@ -196,6 +214,8 @@ def source_numbers(name: str) -> frozenset[float]:
 
         from attnbook.recipe import PRESETS
         return frozenset(numbers_in_json({k: asdict(v) for k, v in PRESETS.items()}))
+    if m := re.fullmatch(r"(.+\.py):(\w+)", name):
+        return frozenset(numbers_in_json(_function(m.group(1), m.group(2))()))
     path = Path(name) if Path(name).is_absolute() else ROOT / name
     if not path.is_file():
         raise FileNotFoundError(f"numbers-from names {name}, which does not exist")
@@ -205,6 +225,25 @@ def source_numbers(name: str) -> frozenset[float]:
     if path.suffix == ".json":
         return frozenset(numbers_in_json(json.loads(text)))
     return frozenset(numbers_in_text(text))
+
+
+def _function(file: str, name: str):
+    """The function ``name`` of the module at ``file`` (tests/test_explorer.py), imported once."""
+    import importlib.util
+    import sys
+    path = Path(file) if Path(file).is_absolute() else ROOT / file
+    if not path.is_file():
+        raise FileNotFoundError(f"numbers-from names {file}, which does not exist")
+    module = sys.modules.get(path.stem)                  # already imported by pytest
+    if getattr(module, "__file__", None) != str(path):
+        spec = importlib.util.spec_from_file_location(f"drift_source_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, str(path.parent))
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(path.parent))
+    return getattr(module, name)
 
 
 def results_sources() -> tuple[str, ...]:
@@ -273,3 +312,38 @@ def check_notebook(path: Path, page: str | None = None) -> list[Problem]:
             problems += check_text("".join(cell["source"]), page, own + results_sources(),
                                    offset=i * 1000)
     return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python tests/drift.py PAGE ...``: the unbacked numbers of each page (book/*.md,
+    README.md or a notebook's markdown); no page: every page the test checks. Exit status 1 if
+    any."""
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.startswith("-") for a in argv):
+        print(main.__doc__.strip())
+        return 2
+    paths = [Path(a).resolve() for a in argv] or sorted(
+        [*(ROOT / "book").glob("*.md"), ROOT / "README.md", *(ROOT / "notebooks").glob("*.ipynb")])
+    count = 0
+    for path in paths:
+        if not path.is_file():
+            print(f"{path}: no such page", file=sys.stderr)
+            return 2
+        rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        if path.suffix == ".ipynb":
+            problems = check_notebook(path, rel)
+            for p in problems:                      # a notebook's line is cell * 1000 + line
+                print(str(p).replace(f"{rel}:{p.line}:",
+                                     f"{rel}, cell {p.line // 1000}, line {p.line % 1000}:", 1))
+        else:
+            problems = check_page(path, rel)
+            for p in problems:
+                print(p)
+        count += len(problems)
+    print(f"{count} unbacked number(s) in {len(paths)} page(s)")
+    return 1 if count else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

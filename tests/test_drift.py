@@ -1,6 +1,8 @@
-"""Numbers that cannot drift (issue 24, item 4): every number quoted in the prose pages in scope
-is found in an output, a result file or a definition that the page names (tests/drift.py
-explains how a page names its sources and what counts as found)."""
+"""Numbers that cannot drift (issue 24, item 4): every number quoted in the book's prose (every
+book/*.md page, the whole README and the markdown of every notebook) is found in an output, a
+result file or a definition that the page names (tests/drift.py explains how a page names its
+sources and what counts as found; `python tests/drift.py PAGE` prints one page's problems)."""
+import json
 import re
 import shutil
 
@@ -9,30 +11,12 @@ import pytest
 from drift import (ALLOWED, ROOT, check_notebook, check_page, check_text, declared, numbers,
                    source_numbers)
 
-# book/*.md pages whose numbers this test checks: all of them but the two explorer pages, whose
-# numbers are statistics of the explorers' committed data (means of its weights), which
-# tests/test_explorer.py recomputes from book/_static/explorer/*.json.
-RECOMPUTED_ELSEWHERE = {"explorer.md", "explorer_bahdanau.md"}
-PAGES = sorted(p.name for p in (ROOT / "book").glob("*.md") if p.name not in RECOMPUTED_ELSEWHERE)
-# README.md: the sections whose numbers come from the book's results and presets.
-README_SECTIONS = ("Data: Multi30k", "Training a translator", "Layout")
-# notebooks whose markdown cells are checked, each against its own outputs and code and
-# results/** (the others quote numbers derived from outputs that no output prints yet; see
-# the report of issue 24)
-NOTEBOOKS = ("02_additive_attention", "03_dot_product_attention", "04_scaled_dot_product",
-             "06_masking_cross_attention", "12_workshop", "appendix_ablations",
-             "appendix_performance")
-
-
-def readme_section_lines(text: str) -> set[int]:
-    """The line numbers of README_SECTIONS (each up to the next "## " heading)."""
-    lines, keep, inside = text.split("\n"), set(), False
-    for i, line in enumerate(lines, 1):
-        if line.startswith("## ") or line.startswith("# "):
-            inside = line[3:].strip() in README_SECTIONS
-        if inside:
-            keep.add(i)
-    return keep
+# every book/*.md page (the explorer pages name the functions of tests/test_explorer.py and
+# tests/test_head_ablation.py that recompute their statistics from the committed data)
+PAGES = sorted(p.name for p in (ROOT / "book").glob("*.md"))
+# every notebook's markdown cells, each against its own outputs and code, results/** and what its
+# numbers-from comments name
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
 
 
 def report(problems) -> str:
@@ -45,12 +29,21 @@ def test_every_number_of_a_book_page_is_backed(name):
     assert not problems, report(problems)
 
 
-def test_every_number_of_the_readmes_result_sections_is_backed():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    keep = readme_section_lines(text)
-    assert len(keep) > 100                                   # the sections exist
-    problems = [p for p in check_text(text, "README.md") if p.line in keep]
+def test_every_number_of_the_readme_is_backed():
+    problems = check_page(ROOT / "README.md")
     assert not problems, report(problems)
+
+
+def gpu_call_numbers() -> dict:
+    """The definitions README's "The GPU call" restates that no file holds as a number (the
+    oldest PyTorch, ``MIN_TORCH = (2, 4)``); its table's limits are tests/test_gpu_run.py's."""
+    from attnbook.gpu_run import MIN_TORCH
+    return {"min_torch": ".".join(map(str, MIN_TORCH))}
+
+
+def test_the_readme_states_the_gpu_calls_oldest_pytorch():
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"its own PyTorch ({gpu_call_numbers()['min_torch']} or newer)" in readme
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -60,7 +53,6 @@ def test_every_number_of_a_notebooks_markdown_is_backed(name):
 
 
 def test_a_stale_number_in_a_notebooks_markdown_is_reported(tmp_path):
-    import json
     nb = json.loads((ROOT / "notebooks" / "06_masking_cross_attention.ipynb").read_text())
     cell = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"
                 and "34.5 %" in "".join(c["source"]))
@@ -72,11 +64,19 @@ def test_a_stale_number_in_a_notebooks_markdown_is_reported(tmp_path):
     assert all(p.line // 1000 == cell for p in problems)
 
 
+def test_the_scope_is_every_page():
+    assert len(PAGES) >= 10 and {"explorer.md", "explorer_bahdanau.md", "faq.md"} <= set(PAGES)
+    assert len(NOTEBOOKS) >= 15 and NOTEBOOKS[0] == "00_setup" and "12_workshop" in NOTEBOOKS
+
+
 def test_every_named_source_exists_and_holds_numbers():
     pages = [ROOT / "book" / n for n in PAGES] + [ROOT / "README.md"]
-    named = {s for p in pages for *_, sources in declared(p.read_text(encoding="utf-8"))
-             for s in sources}
-    assert len(named) >= 15
+    texts = [p.read_text(encoding="utf-8") for p in pages] + [
+        "".join(c["source"]) for n in NOTEBOOKS
+        for c in json.loads((ROOT / "notebooks" / f"{n}.ipynb").read_text())["cells"]
+        if c["cell_type"] == "markdown"]
+    named = {s for text in texts for *_, sources in declared(text) for s in sources}
+    assert len(named) >= 20
     for s in sorted(named):
         assert source_numbers(s), s
 
@@ -135,8 +135,11 @@ def test_what_is_not_a_quoted_number_is_skipped():
         "{cite}`vaswani2017attention`, <!-- 4096 -->, 3 seeds and 12 heads.",
         "```bash", "python -m attnbook.train --max-steps 2400", "```",
         "```{exercise} A title", ":label: ex-09-beam-width", "Measured: 0.123.", "```",
+        "After the exercise: 0.456.", "```", "print(789)", "```", "And 0.321.",
+        "A label is no decimal: head 2 of the same layer 0.45, layer 2 and 0.34 to 0.57.",
     ])
-    assert [(n.line, n.text) for n in numbers(text)] == [(10, "0.123")]
+    assert [(n.line, n.text) for n in numbers(text)] == [
+        (10, "0.123"), (12, "0.456"), (16, "0.321"), (17, "0.45"), (17, "0.34"), (17, "0.57")]
 
 
 def test_rounding_percent_and_millions():
@@ -149,8 +152,12 @@ def test_rounding_percent_and_millions():
         for line, value, ok in [("0.55", 0.5512, True), ("0.55", 0.5562, False),
                                 ("91.7 %", 0.917, True), ("91.7%", 91.7, True),
                                 ("25 minutes", 24.81, True), ("63 million", 63_082_496, True),
-                                ("40.07", 40.066, True), ("40.07", 40.1, False)]:
-            drift.source_numbers = lambda name, v=value: frozenset({v})
+                                ("40.07", 40.066, True), ("40.07", 40.1, False),
+                                ("97–99 %", (0.967, 0.992), True), ("97–99 %", (97, 0.992), True),
+                                ("97–99 %", (96.7, 0.99), True), ("97–99 %", (0.967, 0.982), False),
+                                ("97 to 99%", (0.967, 0.992), True)]:
+            values = value if isinstance(value, tuple) else (value,)
+            drift.source_numbers = lambda name, v=values: frozenset(v)
             assert backed(line) == ok, (line, value)
     finally:
         drift.source_numbers = original
@@ -164,3 +171,20 @@ def test_numbers_of_notebook_outputs_and_results_are_read():
     assert 1014 in source_numbers("results/cpu/head_ablation.json")   # inside a string
     assert {4000, 6000, 8000} <= source_numbers("attnbook.recipe.PRESETS")
     assert re.search(r"numbers-from", (ROOT / "book" / "faq.md").read_text(encoding="utf-8"))
+
+
+def test_the_command_prints_one_pages_problems(tmp_path, capsys):
+    import drift
+    assert drift.main([str(ROOT / "book" / "faq.md")]) == 0
+    assert capsys.readouterr().out == "0 unbacked number(s) in 1 page(s)\n"
+    page = tmp_path / "faq.md"
+    page.write_text((ROOT / "book" / "faq.md").read_text(encoding="utf-8").replace(
+        "correct next token is 0.55", "correct next token is 0.62"), encoding="utf-8")
+    assert drift.main([str(page)]) == 1
+    out = capsys.readouterr().out
+    assert "'0.62' is backed by none of" in out and out.endswith("1 unbacked number(s) in 1 page(s)\n")
+    nb = ROOT / "notebooks" / "06_masking_cross_attention.ipynb"
+    copy = tmp_path / "06.ipynb"
+    copy.write_text(nb.read_text(encoding="utf-8").replace("34.5 %", "43.5 %"), encoding="utf-8")
+    assert drift.main([str(copy)]) == 1
+    assert re.search(r"06\.ipynb, cell \d+, line \d+: '43\.5 %'", capsys.readouterr().out)

@@ -285,12 +285,12 @@ def test_committed_gru_data_is_the_leaderboards_run():
     assert meta["test_bleu"] == entry["test_bleu"]
 
 
-def test_the_pages_numbers_are_the_committed_datas():
-    """book/explorer.md quotes the committed data: each number it quotes is recomputed here."""
+def transformer_page_numbers() -> dict:
+    """The numbers book/explorer.md quotes from attention.json, by name, recomputed (what
+    its numbers-from comment names for tests/drift.py; the test below finds each in its phrase)."""
     import numpy as np
-    data = json.loads((ROOT / "book" / "_static" / "explorer" / "attention.json").read_text())
-    page = (ROOT / "book" / "explorer.md").read_text()
-    S, H = data["sentences"], data["heads"]
+    data = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    S, H, L = data["sentences"], data["heads"], data["layers"]
     by = {s["index"]: s for s in S}
 
     def W(s, kind, layer, head):
@@ -302,20 +302,121 @@ def test_the_pages_numbers_are_the_committed_datas():
         m = np.mean([W(s, kind, layer, h) for h in range(H)], 0)
         q = next(j for j, p in enumerate(rows) if p.strip("\u2581") == query)
         k = next(j for j, p in enumerate(s["src"]) if p.strip("\u2581") == key)
-        return f"{m[q, k]:.2f}"
+        return float(m[q, k])
 
-    sharp = [np.mean(np.concatenate([W(s, "cross", 1, h).max(1) for s in S])) for h in range(H)]
-    assert f"{min(sharp):.2f} to {max(sharp):.2f} on average in its heads" in page
-    assert f"*orangefarbenen* ({mean_cell(0, 'cross', 1, 'orange', 'orangefarbenen')} in the mean" in page
-    assert f"*Hut* ({mean_cell(0, 'cross', 1, 'hat', 'Hut')})" in page
-    assert f"(mouth, {mean_cell(600, 'cross', 1, 'its', 'Mund')})" in page
-    assert f"*A* ({mean_cell(200, 'cross', 1, 'can', 'A')})" in page
-    assert f"*Kan* ({mean_cell(200, 'cross', 1, 'can', 'Kan')})" in page
-    prev = [np.mean(np.concatenate([np.diag(W(s, "enc", 1, h), -1) for s in S])) for h in range(H)]
-    assert f"head 3 of layer 2 puts {prev[2]:.2f}" in page and f"same layer {prev[1]:.2f}" in page
-    top = sum(int(np.argmax(W(s, "dec", l, h).sum(0)) == 0)
-              for s in S for l in range(data["layers"]) for h in range(H))
-    assert f"most-read column in {top} of the {len(S) * data['layers'] * H}" in page
+    def per_head(f, kind, layer):                        # the mean of f over all rows of a head
+        return [float(np.mean(np.concatenate([f(W(s, kind, layer, h)) for s in S])))
+                for h in range(H)]
+
+    indices = [s["index"] for s in S]
+    sharp = {layer: per_head(lambda w: w.max(1), "cross", layer) for layer in range(L)}
+    own = [x for layer in range(L) for x in per_head(np.diag, "enc", layer)]
+    prev = per_head(lambda w: np.diag(w, -1), "enc", 1)
+    sink = [x for layer in range(L) for x in per_head(lambda w: w[:, 0], "dec", layer)]
+    first = per_head(lambda w: w[:, 0], "enc", 0)
+    assert all(s["src"][-1] == "." for s in S)           # every source ends in a full stop
+    stop = np.mean([W(s, "enc", layer, h)[:, -1].mean() for s in S for layer in range(L)
+                    for h in range(H)])
+    top = sum(int(np.argmax(W(s, "dec", layer, h).sum(0)) == 0)
+              for s in S for layer in range(L) for h in range(H))
+    return {
+        "steps": data["meta"]["steps"], "sentences": len(S), "every": indices[1] - indices[0],
+        "last": indices[-1],
+        "cross_sharp_layer1": [min(sharp[0]), max(sharp[0])],
+        "cross_sharp_layer2": [min(sharp[1]), max(sharp[1])],
+        "orange": mean_cell(0, "cross", 1, "orange", "orangefarbenen"),
+        "hat": mean_cell(0, "cross", 1, "hat", "Hut"),
+        "its": mean_cell(600, "cross", 1, "its", "Mund"),
+        "can_A": mean_cell(200, "cross", 1, "can", "A"),
+        "can_Kan": mean_cell(200, "cross", 1, "can", "Kan"),
+        "enc_own_position_max": max(own),
+        "enc_previous_piece_layer2": [prev[2], prev[1]],          # heads 3 and 2
+        "dec_sink": [min(sink), max(sink)], "enc_first_piece_layer1": [min(first), max(first)],
+        "sink_most_read": [top, len(S) * L * H],
+        "full_stop": float(stop), "even_share": float(np.mean([1 / len(s["src"]) for s in S])),
+    }
+
+
+def test_the_pages_numbers_are_the_committed_datas():
+    """book/explorer.md quotes the committed data: each number it quotes is recomputed here."""
+    data = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    page = " ".join((ROOT / "book" / "explorer.md").read_text(encoding="utf-8").split())
+    n = transformer_page_numbers()
+    assert data["meta"]["config"]["preset"] == "cpu-base"
+    assert f"{n['steps']:,} steps, about" in page
+    assert f"on {n['sentences']} sentences of the Multi30k test set, one in every {n['every']} " \
+        f"(numbers 0, {n['every']}, ..., {n['last']};" in page
+    (a, b), (c, d) = n["cross_sharp_layer2"], n["cross_sharp_layer1"]
+    assert f"{a:.2f} to {b:.2f} on average in its heads, against {c:.2f} to {d:.2f} in layer 1, " \
+        f"on this page's {n['sentences']} test sentences" in page
+    assert f"*orangefarbenen* ({n['orange']:.2f} in the mean" in page
+    assert f"*Hut* ({n['hat']:.2f})" in page
+    assert f"(mouth, {n['its']:.2f})" in page
+    assert f"*A* ({n['can_A']:.2f})" in page
+    assert f"*Kan* ({n['can_Kan']:.2f})" in page
+    assert f"no encoder head puts more than {100 * n['enc_own_position_max']:.1f}% of its weight " \
+        "on the query's own position" in page
+    p3, p2 = n["enc_previous_piece_layer2"]
+    assert f"head 3 of layer 2 puts {p3:.2f}" in page and f"same layer {p2:.2f}" in page
+    assert 1 / 5 <= n["dec_sink"][0] and n["dec_sink"][1] <= 2 / 5
+    assert "between a fifth and two fifths of every head's weight on average" in page
+    assert all(abs(x - 1 / 5) < 0.04 for x in n["enc_first_piece_layer1"])
+    assert "the first piece (*Ein*, *Eine*), with about a fifth" in page
+    top, pairs = n["sink_most_read"]
+    assert f"most-read column in {top} of the {pairs}" in page
+    assert n["full_stop"] < n["even_share"]
+    assert f"it gets {100 * n['full_stop']:.0f}% of the weight on average, less than an even " \
+        f"share ({100 * n['even_share']:.0f}%)" in page
+
+
+def bahdanau_page_numbers() -> dict:
+    """The numbers book/explorer_bahdanau.md quotes from bahdanau.json (and, once, from
+    attention.json), by name, recomputed (what its numbers-from comment names for
+    tests/drift.py; the test below finds each in its phrase)."""
+    import numpy as np
+    data = json.loads(COMMITTED_GRU.read_text(encoding="utf-8"))
+    transformer = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    meta, S = data["meta"], data["sentences"]
+    by = {s["index"]: s for s in S}
+    W = {s["index"]: np.array(s["weights"]["cross"][0][0]) for s in S}     # (rows, columns)
+
+    def find(pieces, word, nth=0):
+        return [j for j, p in enumerate(pieces) if p.strip("\u2581") == word][nth]
+
+    def cell(i, query, key, nth=0):      # the nth row labelled ``query``, first column ``key``
+        return float(W[i][find(by[i]["next"], query, nth), find(by[i]["src"], key)])
+
+    tops = {i: w[:-1].argmax(1) for i, w in W.items()}                 # without the </s> row
+    rows = [r for w in W.values() for r in w]
+    sharp = [np.mean(np.concatenate([np.array(s["weights"]["cross"][1][h]).max(1)
+                                     for s in transformer["sentences"]]))
+             for h in range(transformer["heads"])]
+    t0 = transformer["sentences"][0]
+    looking = np.mean([np.array(h) for h in t0["weights"]["cross"][-1]], 0)[
+        t0["next"].index("\u2581looking")]
+    indices = [s["index"] for s in S]
+    return {
+        "steps": meta["steps"], "test_bleu": meta["test_bleu"], "sentences": len(S),
+        "every": indices[1] - indices[0], "last": indices[-1],
+        "diagonal_750": [cell(750, q, k) for q, k in DIAGONAL_750],
+        "forward": sum(int((np.diff(a) >= 0).sum()) for a in tops.values()),
+        "steps_between_rows": sum(len(a) - 1 for a in tops.values()),
+        "first_row_not_first": sum(int(w[0].argmax() != 0) for w in W.values()),
+        "schreibt": [cell(950, "is", "schreibt"), cell(950, "writing", "schreibt")],
+        "Polizist": [cell(550, q, "Polizist") for q in ("pol", "ic", "eman")],
+        "Fussballer": [cell(900, "soccer", "Fußball"), cell(900, "players", "Fußball"),
+                       cell(900, "players", "er")],
+        "largest_weight": float(np.mean([r.max() for r in rows])),
+        "band": float(np.mean([r[max(r.argmax() - 1, 0):r.argmax() + 2].sum() for r in rows])),
+        "transformer_cross_sharp_layer2": [float(min(sharp)), float(max(sharp))],
+        "anstarrt": [cell(0, "fixing", "etwas"), cell(0, "some", "etwas"), cell(0, "k", "ar")],
+        "transformer_looking": float(looking.max()),
+        "Fahrrad": [cell(800, "bicycle", "Fahrrad", 0), cell(800, "bicycle", "Fahrrad", 1)],
+    }
+
+
+DIAGONAL_750 = [("man", "Mann"), ("sits", "sitzt"), ("bench", "Bank"), ("under", "unter"),
+                ("large", "großen"), ("tree", "Baum")]
 
 
 def test_the_bahdanau_pages_numbers_are_the_committed_datas():
@@ -325,6 +426,7 @@ def test_the_bahdanau_pages_numbers_are_the_committed_datas():
     data = json.loads(COMMITTED_GRU.read_text(encoding="utf-8"))
     page = " ".join((ROOT / "book" / "explorer_bahdanau.md").read_text(encoding="utf-8").split())
     meta, S = data["meta"], data["sentences"]
+    n = bahdanau_page_numbers()
     by = {s["index"]: s for s in S}
     W = {s["index"]: np.array(s["weights"]["cross"][0][0]) for s in S}     # (rows, columns)
 
@@ -348,21 +450,20 @@ def test_the_bahdanau_pages_numbers_are_the_committed_datas():
     assert meta["decoding"].startswith("beam search, beam 4,")
 
     # a diagonal
-    for q, k in [("man", "Mann"), ("sits", "sitzt"), ("bench", "Bank"), ("under", "unter"),
-                 ("large", "großen"), ("tree", "Baum")]:
+    for (q, k), x in zip(DIAGONAL_750, n["diagonal_750"]):
         assert brightest(750, q) == k
-        assert f"*{q}* reads *{k}* ({cell(750, q, k)})" in page, (q, k)
+        assert f"*{q}* reads *{k}* ({x:.2f})" in page, (q, k)
     tops = {i: w[:-1].argmax(1) for i, w in W.items()}                 # without the </s> row
-    forward = sum(int((np.diff(a) >= 0).sum()) for a in tops.values())
-    steps = sum(len(a) - 1 for a in tops.values())
-    assert f"further right in {forward} of the {steps} steps" in page
-    first = [i for i, w in W.items() if w[0].argmax() != 0]
-    assert f"in {len(first)} of the {len(S)} sentences its brightest cell is not the first" in page
+    assert f"further right in {n['forward']} of the {n['steps_between_rows']} steps" in page
+    assert f"in {n['first_row_not_first']} of the {n['sentences']} sentences its brightest cell " \
+        "is not the first" in page
+    assert f"one in every {n['every']} of the Multi30k test set (numbers 0, {n['every']}, ..., " \
+        f"{n['last']})" in page
     first_a = {i: by[i]["src"][w[0].argmax()] for i, w in W.items()
                if by[i]["next"][0] == "\u2581A"}                      # first rows that write A
     assert [i for i, p in first_a.items() if p == "\u2581Mann"] == [0, 200, 750, 800]
     assert [i for i, p in first_a.items() if p == "\u2581Junge"] == [250, 450]
-    assert "*A* reads *Mann* in sentences 0, 200, 750 and 800, and *Junge* in 250 and 450" in page
+    assert "*A* reads *Mann* in sentences 0, 200, 750 and 800, and *Junge* in sentences 250 and 450" in page
 
     # one word, several pieces
     assert brightest(950, "is") == brightest(950, "writing") == "schreibt"
@@ -377,15 +478,10 @@ def test_the_bahdanau_pages_numbers_are_the_committed_datas():
         f"({cell(900, 'players', 'er')})" in page
 
     # a blurred band
-    rows = [r for w in W.values() for r in w]
-    top = np.mean([r.max() for r in rows])
-    assert f"The largest weight of a row is {top:.2f} on average" in page
-    band = np.mean([r[max(r.argmax() - 1, 0):r.argmax() + 2].sum() for r in rows])
-    assert f"its two neighbours hold {band:.2f} of a row's weight" in page
-    sharp = [np.mean(np.concatenate([np.array(s["weights"]["cross"][1][h]).max(1)
-                                     for s in transformer["sentences"]]))
-             for h in range(transformer["heads"])]
-    assert f"the largest weight of a row is {min(sharp):.2f} to {max(sharp):.2f} on average" in page
+    assert f"The largest weight of a row is {n['largest_weight']:.2f} on average" in page
+    assert f"its two neighbours hold {n['band']:.2f} of a row's weight" in page
+    assert "the largest weight of a row is {:.2f} to {:.2f} on average".format(
+        *n["transformer_cross_sharp_layer2"]) in page
 
     # the verb last: sentence 0
     assert by[0]["src"][9:13] == ["\u2581an", "st", "ar", "rt"]

@@ -281,6 +281,14 @@ def committed() -> tuple[dict, list[dict]]:
     return json.loads(COMMITTED.read_text(encoding="utf-8")), tiny
 
 
+def quoted_numbers() -> dict:
+    """page_numbers of the committed results, with the heads' counts (36 in cpu-base, 24 in each
+    cpu-tiny seed): what book/explorer.md's numbers-from comment names for tests/drift.py."""
+    data, tiny = committed()
+    return {**page_numbers(data, tiny), "HEADS": len(data["per_head"]),
+            "TINY_HEADS": sorted({len(t["per_head"]) for t in tiny})}
+
+
 # The page's sentences with numbers, as templates: each must appear on the page, filled in.
 QUOTES = [
     "raises the validation loss by {SINGLE_RANGE} nats (at most {SINGLE_PERCENT} of it), and "

@@ -6,7 +6,10 @@
     python -m attnbook.train --preset gpu-base --out runs/gpu-base --resume # after an interruption
 
 The recipe (configuration, presets, schedule, loss, model registry) is in ``recipe``; the run
-folder's files (checkpoints, loading a run, averaging) in ``runs``. This module is the loop.
+folder's files (checkpoints, loading a run, averaging) in ``runs``. This module is the loop,
+which reads top to bottom in :func:`train`: :func:`setup` (data, model, optimiser, schedule,
+precision, resume), then :func:`train_step` until :func:`finished`, with
+:func:`evaluate_and_save` every ``eval_every`` steps, and :func:`finish` (metrics and BLEU).
 The forward pass runs in the precision the device supports (``utils.choose_precision``: bf16
 autocast on recent CUDA GPUs, fp16 autocast with a GradScaler on older ones such as a T4 and on
 Apple MPS, float32 on a CPU; ``--precision`` forces one), and ``--compile`` compiles the model
@@ -21,6 +24,7 @@ errors are in ``cli``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,7 +45,8 @@ from .schedules import warmup_lr
 from .rnn import Seq2Seq
 from .runs import RunError, check_resumable, load_checkpoint, save_checkpoint, trim_log
 from .tokenizer import Tokenizer, TokenizerError, multi30k_tokenizer
-from .utils import choose_precision, count_parameters, deterministic, get_device, versions
+from .utils import (Precision, choose_precision, count_parameters, deterministic, get_device,
+                    versions)
 
 
 @dataclass
@@ -125,6 +130,242 @@ def distributed() -> tuple[int, int]:
     return 0, 1
 
 
+@dataclass
+class Run:
+    """One training run: what it trains with, and where it is (what ``checkpoint.pt`` saves).
+
+    ``fwd`` is the model as the step calls it (wrapped in DistributedDataParallel under
+    ``torchrun``, compiled with ``--compile``); ``model`` is the bare module whose weights are
+    saved. The run's clock is ``elapsed`` (seconds trained before ``start``) plus the time
+    since ``start``, restarted after each evaluation so that evaluating is not counted."""
+    cfg: TrainConfig
+    out: Path
+    device: torch.device
+    data: Data
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    precision: Precision
+    scaler: torch.amp.GradScaler
+    rank: int = 0
+    world: int = 1
+    fwd: torch.nn.Module | None = None
+    compiled: bool = False
+    step: int = 0
+    epoch: int = 0
+    next_batch: int = 0          # the next batch of the epoch's length-bucketed order
+    tokens_seen: int = 0
+    elapsed: float = 0.0
+    start: float = 0.0
+
+    @property
+    def main_rank(self) -> bool:
+        return self.rank == 0
+
+    def clock(self) -> float:
+        """Seconds of training so far (evaluations aside)."""
+        return self.elapsed + time.perf_counter() - self.start
+
+
+def setup(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
+          device: torch.device | None = None) -> Run:
+    """Data, model, optimiser and schedule, precision; the checkpoint's state if ``resume``
+    (RunError if it is missing, damaged or of other options); the model wrapped for DDP and
+    ``torch.compile``. Rank 0 copies the tokenizer into ``out``."""
+    rank, world = distributed()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = device or get_device()
+    deterministic(cfg.seed)
+    data = prepare_data(cfg, data_dir)
+    if rank == 0:
+        shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
+    model = build_model(cfg).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: warmup_lr(i + 1, cfg.peak_lr, cfg.warmup))
+    # bf16 / fp16 autocast or fp32 (utils.choose_precision); the GradScaler is a pass-through
+    # unless the precision is fp16, so one code path serves all three.
+    precision = choose_precision(device, cfg.precision)
+    run = Run(cfg, out, device, data, model, opt, sched, precision,
+              precision.grad_scaler(device), rank, world)
+    if resume:
+        restore(run)
+    run.fwd, run.compiled = wrap(run)
+    return run
+
+
+def restore(run: Run) -> None:
+    """Load ``out/checkpoint.pt`` into the run: weights, optimiser, schedule, scaler, data
+    position, clock and random states, so that training goes on exactly as if never stopped."""
+    path = run.out / "checkpoint.pt"
+    ckpt = load_checkpoint(path, run.device, missing="train first, or drop --resume")
+    check_resumable(ckpt, asdict(run.cfg), run.world, path)
+    run.model.load_state_dict(ckpt["model"])
+    run.opt.load_state_dict(ckpt["optimizer"])
+    run.sched.load_state_dict(ckpt["scheduler"])
+    if ckpt.get("scaler"):
+        run.scaler.load_state_dict(ckpt["scaler"])
+    run.step, run.epoch, run.next_batch = ckpt["step"], ckpt["epoch"], ckpt["next_batch"]
+    run.tokens_seen, run.elapsed = ckpt["tokens_seen"], ckpt["elapsed"]
+    torch.set_rng_state(ckpt["rng_cpu"].cpu())
+    if run.device.type == "cuda" and ckpt.get("rng_cuda") is not None:
+        torch.cuda.set_rng_state(ckpt["rng_cuda"].cpu())
+
+
+def wrap(run: Run) -> tuple[torch.nn.Module, bool]:
+    """(the model as the step calls it, whether it is compiled)."""
+    fwd = run.model
+    if run.world > 1:  # gradients are averaged over the ranks during backward()
+        fwd = torch.nn.parallel.DistributedDataParallel(
+            fwd, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    # torch.compile with dynamic shapes: one graph serves every (batch, length) shape of the
+    # length-bucketed batches (tests/test_precision.py). The GRU models are left eager: their
+    # Python loop over target positions is unrolled into one graph per target length, so they
+    # would recompile at nearly every batch (until dynamo gives up after 8 and runs them eager).
+    compiled = run.cfg.compile and not isinstance(run.model, Seq2Seq)
+    if compiled:
+        fwd = torch.compile(fwd, dynamic=True)
+    return fwd, compiled
+
+
+def save_state(run: Run) -> None:
+    """Rank 0 writes ``out/checkpoint.pt``: everything :func:`restore` reads back."""
+    if not run.main_rank:
+        return
+    cuda = run.device.type == "cuda"
+    save_checkpoint(run.out / "checkpoint.pt", model=run.model.state_dict(),
+                    optimizer=run.opt.state_dict(), scheduler=run.sched.state_dict(),
+                    scaler=run.scaler.state_dict(), step=run.step, epoch=run.epoch,
+                    next_batch=run.next_batch, tokens_seen=run.tokens_seen, elapsed=run.elapsed,
+                    rng_cpu=torch.get_rng_state(),
+                    rng_cuda=torch.cuda.get_rng_state() if cuda else None,
+                    config=asdict(run.cfg), world_size=run.world)
+
+
+def next_groups(run: Run, n: int) -> list:
+    """The next n batches (lists of example indices) of the stream, across epochs."""
+    taken = []
+    while len(taken) < n:
+        groups = run.data.train.epoch_groups(run.epoch)
+        k = min(n - len(taken), len(groups) - run.next_batch)
+        taken += groups[run.next_batch:run.next_batch + k]
+        run.next_batch += k
+        if run.next_batch == len(groups):
+            run.epoch, run.next_batch = run.epoch + 1, 0
+    return taken
+
+
+def batch_loss(run: Run, b, loss_fn=None) -> torch.Tensor:
+    """The training loss of batch ``b``: the book's (the logits under autocast, the
+    label-smoothed loss outside it) or ``loss_fn(fwd, b, label_smoothing)``'s."""
+    with run.precision.autocast(run.device):
+        if loss_fn is not None:
+            return loss_fn(run.fwd, b, run.cfg.label_smoothing)
+        logits = forward_logits(run.fwd, b)                     # (B, T, vocab)
+    return translation_loss(logits, b.tgt_out, run.cfg.label_smoothing)
+
+
+def train_step(run: Run, loss_fn=None) -> torch.Tensor:
+    """One optimiser step: this rank's ``accum_steps`` of the next ``world * accum_steps``
+    batches, their gradients accumulated (and averaged over the ranks), clipped, applied.
+    Returns the last batch's loss."""
+    import torch.distributed as dist
+    cfg, k = run.cfg, run.cfg.accum_steps
+    mine = next_groups(run, run.world * k)[run.rank * k:(run.rank + 1) * k]
+    n_tokens = 0
+    for i, idx in enumerate(mine):
+        b = run.data.train.batch(idx).to(run.device)
+        loss = batch_loss(run, b, loss_fn)
+        sync = run.world == 1 or i == len(mine) - 1   # DDP: all-reduce after the last batch only
+        with contextlib.nullcontext() if sync else run.fwd.no_sync():
+            run.scaler.scale(loss / k).backward()
+        n_tokens += b.n_tgt_tokens
+    if cfg.clip:
+        run.scaler.unscale_(run.opt)          # fp16: clip the true gradients, not scaled ones
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.clip)
+    run.scaler.step(run.opt)                  # fp16: skips the step if a gradient overflowed
+    run.scaler.update()
+    run.sched.step()
+    run.opt.zero_grad(set_to_none=True)
+    if run.world > 1:
+        n = torch.tensor(n_tokens)
+        dist.all_reduce(n)
+        n_tokens = int(n)
+    run.step, run.tokens_seen = run.step + 1, run.tokens_seen + n_tokens
+    return loss
+
+
+def finished(run: Run) -> bool:
+    """All steps done, or the time budget spent (rank 0's clock decides for every rank)."""
+    import torch.distributed as dist
+    if run.step >= run.cfg.max_steps:
+        return True
+    if run.cfg.time_budget_s <= 0:
+        return False
+    over = torch.tensor(float(run.clock() >= run.cfg.time_budget_s))
+    if run.world > 1:
+        dist.broadcast(over, src=0)
+    return bool(over)
+
+
+def save_snapshot(run: Run) -> None:
+    """Weights only, in ``out/snapshots/step_N.pt`` (BLEU against the budget, averaging)."""
+    (run.out / "snapshots").mkdir(exist_ok=True)
+    save_checkpoint(run.out / "snapshots" / f"step_{run.step}.pt", model=run.model.state_dict(),
+                    step=run.step, elapsed=run.clock())
+
+
+def evaluate_and_save(run: Run, loss: torch.Tensor, log, bar=None) -> None:
+    """Stop the clock; rank 0 logs the losses and the attention entropy on the first validation
+    batch to ``log`` (and to ``bar`` if given) and saves the checkpoint; restart the clock."""
+    import torch.distributed as dist
+    run.elapsed += time.perf_counter() - run.start
+    if run.main_rank:
+        val = validation_loss(run.model, run.data.val, run.device)
+        probe = run.data.val.batch(run.data.val.epoch_groups(0)[0]).to(run.device)
+        log.write(json.dumps({"step": run.step, "epoch": run.epoch, "train_loss": loss.item(),
+                              "val_loss": val, "elapsed_s": run.elapsed,
+                              "attention_entropy": attention_entropy(run.model, probe)}) + "\n")
+        log.flush()
+        if bar is not None:
+            bar.write(f"step {run.step}: train loss {loss.item():.3f}, val loss {val:.3f}")
+        save_state(run)
+    if run.world > 1:
+        dist.barrier()
+    run.start = time.perf_counter()
+
+
+def finish(run: Run, evaluate: bool = True) -> dict:
+    """The run's metrics (parameters, steps, time, throughput, validation loss, hardware) and,
+    if ``evaluate``, the test BLEU of beam search; written to ``metrics.json`` (and the
+    hypotheses to ``test_hypotheses.txt``)."""
+    cfg, data, model, device = run.cfg, run.data, run.model, run.device
+    metrics = {
+        "preset": cfg.preset, "config": asdict(cfg), "parameters": count_parameters(model),
+        "steps": run.step, "epochs": run.epoch + run.next_batch / max(1, len(data.train)),
+        "train_tokens": run.tokens_seen, "train_time_s": round(run.elapsed, 1),
+        "tokens_per_s": round(run.tokens_seen / max(run.elapsed, 1e-9), 1),
+        "val_loss": validation_loss(model, data.val, device),
+        "device": str(device), "precision": run.precision.name, "compiled": run.compiled,
+        "threads": torch.get_num_threads(), "processes": run.world,
+        "hardware": versions(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    if evaluate:
+        model.eval()
+        test = data.test_pairs[:cfg.eval_sentences] if cfg.eval_sentences else data.test_pairs
+        result = bleu_score(model, data.tokenizer, test, beam_size=cfg.beam_size,
+                            alpha=cfg.length_alpha, device=device)
+        metrics.update({
+            "test_bleu": result["bleu"], "bleu_signature": result["signature"],
+            "test_set": f"test_2016_flickr ({len(test)} of {len(data.test_pairs)} sentences)",
+            "decoding": f"beam {cfg.beam_size}, alpha {cfg.length_alpha}"})
+    (run.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    if evaluate:
+        (run.out / "test_hypotheses.txt").write_text("\n".join(result["hypotheses"]) + "\n")
+    return metrics
+
+
 def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
           device: torch.device | None = None, progress: bool = True,
           stop_after: int | None = None, evaluate: bool = True, loss_fn=None) -> dict:
@@ -148,187 +389,40 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     cuts the log back to its starting step (``runs.trim_log``): a crash between a log line and
     its checkpoint would otherwise log those steps twice once resumed.
     """
-    import torch.distributed as dist
     from tqdm import tqdm   # a text bar (tqdm.auto warns in notebooks without ipywidgets)
 
-    rank, world = distributed()
-    main_rank = rank == 0
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = device or get_device()
-    deterministic(cfg.seed)
-    data = prepare_data(cfg, data_dir)
-    if main_rank:
-        shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
-    model = build_model(cfg).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: warmup_lr(i + 1, cfg.peak_lr, cfg.warmup))
-    # bf16 / fp16 autocast or fp32 (utils.choose_precision); the GradScaler is a pass-through
-    # unless the precision is fp16, so one code path serves all three.
-    precision = choose_precision(device, cfg.precision)
-    scaler = precision.grad_scaler(device)
-    step, epoch, next_batch, tokens_seen, elapsed = 0, 0, 0, 0, 0.0
-    ckpt_path = out / "checkpoint.pt"
-    if resume:  # RunError if the checkpoint is missing, damaged or of other options
-        ckpt = load_checkpoint(ckpt_path, device, missing="train first, or drop --resume")
-        check_resumable(ckpt, asdict(cfg), world, ckpt_path)
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        sched.load_state_dict(ckpt["scheduler"])
-        if ckpt.get("scaler"):
-            scaler.load_state_dict(ckpt["scaler"])
-        step, epoch, next_batch = ckpt["step"], ckpt["epoch"], ckpt["next_batch"]
-        tokens_seen, elapsed = ckpt["tokens_seen"], ckpt["elapsed"]
-        torch.set_rng_state(ckpt["rng_cpu"].cpu())
-        if device.type == "cuda" and ckpt.get("rng_cuda") is not None:
-            torch.cuda.set_rng_state(ckpt["rng_cuda"].cpu())
-    fwd = model
-    if world > 1:  # gradients are averaged over the ranks during backward()
-        fwd = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
-    # torch.compile with dynamic shapes: one graph serves every (batch, length) shape of the
-    # length-bucketed batches (tests/test_precision.py). The GRU models are left eager: their
-    # Python loop over target positions is unrolled into one graph per target length, so they
-    # would recompile at nearly every batch (until dynamo gives up after 8 and runs them eager).
-    compiled = cfg.compile and not isinstance(model, Seq2Seq)
-    if compiled:
-        fwd = torch.compile(fwd, dynamic=True)
-
-    def checkpoint():
-        if not main_rank:
-            return
-        save_checkpoint(ckpt_path, model=model.state_dict(), optimizer=opt.state_dict(),
-                        scheduler=sched.state_dict(), scaler=scaler.state_dict(),
-                        step=step, epoch=epoch,
-                        next_batch=next_batch, tokens_seen=tokens_seen, elapsed=elapsed,
-                        rng_cpu=torch.get_rng_state(),
-                        rng_cuda=torch.cuda.get_rng_state() if device.type == "cuda" else None,
-                        config=asdict(cfg), world_size=world)
-
-    def next_groups(n: int) -> list:
-        """The next n batches (lists of example indices) of the stream, across epochs."""
-        nonlocal epoch, next_batch
-        taken = []
-        while len(taken) < n:
-            groups = data.train.epoch_groups(epoch)
-            k = min(n - len(taken), len(groups) - next_batch)
-            taken += groups[next_batch:next_batch + k]
-            next_batch += k
-            if next_batch == len(groups):
-                epoch, next_batch = epoch + 1, 0
-        return taken
-
-    model.train()
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not (progress and main_rank),
+    run = setup(cfg, out, resume, data_dir, device)
+    run.model.train()
+    bar = tqdm(total=cfg.max_steps, initial=run.step, disable=not (progress and run.main_rank),
                unit="step", dynamic_ncols=True, desc=cfg.preset)
-    steps_this_call, start = 0, time.perf_counter()
-    if main_rank:  # the log's lines after the checkpoint's step (a crash) are logged again
-        trim_log(out / "log.jsonl", step)
-    log = open(out / "log.jsonl", "a") if main_rank else None
-
-    def finished() -> bool:  # all steps done, or the time budget spent (rank 0's clock decides)
-        if step >= cfg.max_steps:
-            return True
-        if cfg.time_budget_s <= 0:
-            return False
-        over = torch.tensor(float(elapsed + time.perf_counter() - start >= cfg.time_budget_s))
-        if world > 1:
-            dist.broadcast(over, src=0)
-        return bool(over)
-
-    while not finished():
-        mine = next_groups(world * cfg.accum_steps)[rank * cfg.accum_steps:
-                                                   (rank + 1) * cfg.accum_steps]
-        n_tokens = 0
-        for i, idx in enumerate(mine):
-            b = data.train.batch(idx).to(device)
-            if loss_fn is None:
-                with precision.autocast(device):
-                    logits = forward_logits(fwd, b)
-                loss = translation_loss(logits, b.tgt_out, cfg.label_smoothing)
-            else:
-                with precision.autocast(device):
-                    loss = loss_fn(fwd, b, cfg.label_smoothing)
-            if world > 1 and i < len(mine) - 1:
-                with fwd.no_sync():           # all-reduce only after the last micro-batch
-                    scaler.scale(loss / cfg.accum_steps).backward()
-            else:
-                scaler.scale(loss / cfg.accum_steps).backward()
-            n_tokens += b.n_tgt_tokens
-        if cfg.clip:
-            scaler.unscale_(opt)              # fp16: clip the true gradients, not scaled ones
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        scaler.step(opt)                      # fp16: skips the step if a gradient overflowed
-        scaler.update()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if world > 1:
-            n = torch.tensor(n_tokens)
-            dist.all_reduce(n)
-            n_tokens = int(n)
-        step, tokens_seen = step + 1, tokens_seen + n_tokens
+    steps_this_call, run.start = 0, time.perf_counter()
+    if run.main_rank:  # the log's lines after the checkpoint's step (a crash) are logged again
+        trim_log(run.out / "log.jsonl", run.step)
+    log = open(run.out / "log.jsonl", "a") if run.main_rank else None
+    while not finished(run):
+        loss = train_step(run, loss_fn)
         steps_this_call += 1
         bar.update(1)
-        if step in cfg.snapshot_steps and main_rank:  # weights only, for BLEU against budget
-            (out / "snapshots").mkdir(exist_ok=True)
-            save_checkpoint(out / "snapshots" / f"step_{step}.pt", model=model.state_dict(),
-                            step=step, elapsed=elapsed + time.perf_counter() - start)
-        if step % 10 == 0:  # .item() waits for the GPU: not at every step
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.2e}",
-                            tok_s=f"{tokens_seen / (elapsed + time.perf_counter() - start):,.0f}")
-        if step % cfg.eval_every == 0 or finished():
-            elapsed += time.perf_counter() - start
-            if main_rank:
-                val = validation_loss(model, data.val, device)
-                probe = data.val.batch(data.val.epoch_groups(0)[0]).to(device)
-                log.write(json.dumps({"step": step, "epoch": epoch, "train_loss": loss.item(),
-                                      "val_loss": val, "elapsed_s": elapsed,
-                                      "attention_entropy": attention_entropy(model, probe)})
-                          + "\n")
-                log.flush()
-                if progress:
-                    bar.write(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}")
-                checkpoint()
-            if world > 1:
-                dist.barrier()
-            start = time.perf_counter()
-        if stop_after is not None and steps_this_call >= stop_after:
-            elapsed += time.perf_counter() - start
-            checkpoint()
+        if run.step in cfg.snapshot_steps and run.main_rank:
+            save_snapshot(run)
+        if run.step % 10 == 0:  # .item() waits for the GPU: not at every step
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{run.sched.get_last_lr()[0]:.2e}",
+                            tok_s=f"{run.tokens_seen / run.clock():,.0f}")
+        if run.step % cfg.eval_every == 0 or finished(run):
+            evaluate_and_save(run, loss, log, bar if progress else None)
+        if stop_after is not None and steps_this_call >= stop_after:  # as if killed here
+            run.elapsed += time.perf_counter() - run.start
+            save_state(run)
             bar.close()
             if log:
                 log.close()
-            return {"interrupted_at_step": step}
+            return {"interrupted_at_step": run.step}
     bar.close()
-    elapsed += time.perf_counter() - start
-    if not main_rank:
-        return {"rank": rank, "steps": step}
+    run.elapsed += time.perf_counter() - run.start
+    if not run.main_rank:
+        return {"rank": run.rank, "steps": run.step}
     log.close()
-    metrics = {
-        "preset": cfg.preset, "config": asdict(cfg), "parameters": count_parameters(model),
-        "steps": step, "epochs": epoch + next_batch / max(1, len(data.train)),
-        "train_tokens": tokens_seen, "train_time_s": round(elapsed, 1),
-        "tokens_per_s": round(tokens_seen / max(elapsed, 1e-9), 1),
-        "val_loss": validation_loss(model, data.val, device),
-        "device": str(device), "precision": precision.name, "compiled": compiled,
-        "threads": torch.get_num_threads(), "processes": world,
-        "hardware": versions(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
-    }
-    if not evaluate:
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        return metrics
-    model.eval()
-    test_pairs = data.test_pairs[:cfg.eval_sentences] if cfg.eval_sentences else data.test_pairs
-    result = bleu_score(model, data.tokenizer, test_pairs, beam_size=cfg.beam_size,
-                        alpha=cfg.length_alpha, device=device)
-    metrics.update({
-        "test_bleu": result["bleu"], "bleu_signature": result["signature"],
-        "test_set": f"test_2016_flickr ({len(test_pairs)} of {len(data.test_pairs)} sentences)",
-        "decoding": f"beam {cfg.beam_size}, alpha {cfg.length_alpha}"})
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (out / "test_hypotheses.txt").write_text("\n".join(result["hypotheses"]) + "\n")
-    return metrics
+    return finish(run, evaluate)
 
 
 def main(argv: list[str] | None = None) -> int:

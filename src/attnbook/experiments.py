@@ -348,8 +348,8 @@ def header(preset_name: str, command: str, n_procs: int, threads: int, note: str
             "load_average_before": round(os.getloadavg()[0], 2)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def parser() -> Parser:
+    """The command's options."""
     p = Parser(prog="python -m attnbook.experiments",
                description="Chapter 9's learning-rate sweep and seeded leaderboard.")
     p.add_argument("what", choices=("sweep", "board", "base", "train-only"))
@@ -365,6 +365,67 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    return p
+
+
+def score_sweep(args, folders: list) -> dict:
+    """sweep.json's results: every run's scores, and each model's rate of lowest validation loss."""
+    runs = score_all(_score_sweep_run, folders, args.jobs, args.threads, args.data_dir,
+                     args.sentences, str(get_device(args.device)))
+    chosen = {}
+    for m in args.models:
+        mine = [r for r in runs if r["model"] == m]
+        chosen[m] = min(mine, key=lambda r: r["val_loss"])["peak_lr"]
+    return {"selection": "lowest validation loss (no label smoothing) after the sweep's steps",
+            "chosen_peak_lr": chosen, "runs": runs}
+
+
+def score_base(args, folders: list) -> dict:
+    """cpu_base.json's results: every candidate's scores, the one of best validation BLEU, and
+    its translations of the example sentences."""
+    runs = score_all(_score_base_run, folders, 1, args.threads, args.data_dir,
+                     args.sentences, str(get_device(args.device)))
+    for folder, r in zip(folders, runs):
+        r["candidate"] = folder.name
+    chosen = max(runs, key=lambda r: r["val_bleu"])
+    test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+    examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
+                 "hypothesis": chosen["hypotheses"][i]}
+                for i in EXAMPLES if i < len(chosen["hypotheses"])]
+    for r in runs:
+        del r["hypotheses"]
+    return {"selection": "checkpoint average (last k snapshots) with the lowest validation "
+                         "loss; then the candidate with the best validation BLEU (beam "
+                         "search); the test set is scored but never chooses",
+            "chosen": chosen["candidate"], "test_bleu": chosen["test_bleu"],
+            "bleu_signature": chosen["bleu_signature"],
+            "example_rule": EXAMPLE_RULE.replace(", seed 0 of each model", ""),
+            "examples": examples, "runs": runs}
+
+
+def score_board(args, folders: list) -> dict:
+    """board.json's results: every run's scores, each model's test BLEU over the seeds at each
+    snapshot, and the first seed's translations of the example sentences."""
+    runs = score_all(_score_board_run, folders, args.jobs, args.threads, args.data_dir,
+                     args.sentences, str(get_device(args.device)))
+    test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+    examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
+                 **{r["model"]: r["hypotheses"][i] for r in runs if r["seed"] == args.seeds[0]}}
+                for i in EXAMPLES if i < len(runs[0]["hypotheses"])]
+    for r in runs:
+        del r["hypotheses"]
+    summary = {}
+    for m in args.models:
+        mine = [r for r in runs if r["model"] == m]
+        summary[m] = {step: summarise([r["bleu_at_step"][step] for r in mine])
+                      for step in mine[0]["bleu_at_step"]}
+    return {"summary_test_bleu": summary, "example_rule": EXAMPLE_RULE,
+            "examples": examples, "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
     args = p.parse_args(argv)
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "
@@ -383,55 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trained {len(jobs)} runs in {result['this_call_train_wall_time_s']:.0f} s")
     if args.what == "train-only" or not args.results:
         return 0
-    folders = [folder for _, folder in jobs]
     start = time.perf_counter()
-    if args.what == "sweep":
-        runs = score_all(_score_sweep_run, folders, args.jobs, args.threads, args.data_dir,
-                         args.sentences, str(get_device(args.device)))
-        chosen = {}
-        for m in args.models:
-            mine = [r for r in runs if r["model"] == m]
-            chosen[m] = min(mine, key=lambda r: r["val_loss"])["peak_lr"]
-        result.update({"selection": "lowest validation loss (no label smoothing) after the sweep's steps",
-                       "chosen_peak_lr": chosen, "runs": runs})
-    elif args.what == "base":
-        runs = score_all(_score_base_run, folders, 1, args.threads, args.data_dir,
-                         args.sentences, str(get_device(args.device)))
-        for (cfg, folder), r in zip(jobs, runs):
-            r["candidate"] = folder.name
-        chosen = max(runs, key=lambda r: r["val_bleu"])
-        test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
-        examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
-                     "hypothesis": chosen["hypotheses"][i]}
-                    for i in EXAMPLES if i < len(chosen["hypotheses"])]
-        for r in runs:
-            del r["hypotheses"]
-        result.update({"selection": "checkpoint average (last k snapshots) with the lowest validation "
-                                    "loss; then the candidate with the best validation BLEU (beam "
-                                    "search); the test set is scored but never chooses",
-                       "chosen": chosen["candidate"], "test_bleu": chosen["test_bleu"],
-                       "bleu_signature": chosen["bleu_signature"],
-                       "example_rule": EXAMPLE_RULE.replace(", seed 0 of each model", ""),
-                       "examples": examples, "runs": runs})
-    else:
-        runs = score_all(_score_board_run, folders, args.jobs, args.threads, args.data_dir,
-                         args.sentences, str(get_device(args.device)))
-        test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
-        examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
-                     **{r["model"]: r["hypotheses"][i] for r in runs if r["seed"] == args.seeds[0]}}
-                    for i in EXAMPLES if i < len(runs[0]["hypotheses"])]
-        for r in runs:
-            del r["hypotheses"]
-        summary = {}
-        for m in args.models:
-            mine = [r for r in runs if r["model"] == m]
-            summary[m] = {step: summarise([r["bleu_at_step"][step] for r in mine])
-                          for step in mine[0]["bleu_at_step"]}
-        result.update({"summary_test_bleu": summary, "example_rule": EXAMPLE_RULE,
-                       "examples": examples, "runs": runs})
+    score = {"sweep": score_sweep, "base": score_base, "board": score_board}[args.what]
+    result.update(score(args, [folder for _, folder in jobs]))
     result["score_wall_time_s"] = round(time.perf_counter() - start, 1)
     # the runs may have been trained by earlier calls (an interrupted command continues)
-    result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in runs), 1)
+    result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in result["runs"]), 1)
     result["load_average_after"] = round(os.getloadavg()[0], 2)
     args.results.mkdir(parents=True, exist_ok=True)
     name = {"sweep": "sweep.json", "board": "board.json", "base": "cpu_base.json"}[args.what]

@@ -41,7 +41,7 @@ from .cli import Parser, UsageError, add_common, add_recipe, apply_common, confi
 from .data import DataError, load_multi30k
 from .mha import MultiHeadAttention
 from .recipe import TrainConfig, build_model, forward_logits
-from .schedules import warmup_lr
+from .schedules import warmup_lr_scheduler
 from .rnn import Seq2Seq
 from .runs import RunError, check_resumable, load_checkpoint, save_checkpoint, trim_log
 from .tokenizer import Tokenizer, TokenizerError, multi30k_tokenizer
@@ -182,8 +182,7 @@ def setup(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
     model = build_model(cfg).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: warmup_lr(i + 1, cfg.peak_lr, cfg.warmup))
+    sched = warmup_lr_scheduler(opt, cfg.peak_lr, cfg.warmup)   # lr = warmup_lr(step)
     # bf16 / fp16 autocast or fp32 (utils.choose_precision); the GradScaler is a pass-through
     # unless the precision is fp16, so one code path serves all three.
     precision = choose_precision(device, cfg.precision)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from .attention import causal_mask
 from .batching import make_batch
 from .data import load_multi30k
 from .mha import MultiHeadAttention
@@ -93,7 +94,7 @@ def score_statistics(model: torch.nn.Module, batches) -> list[dict]:
                 queries = torch.ones(B, T, dtype=torch.bool)
             allowed = queries[:, :, None] & keys[:, None, :]       # (B, T, S)
             if causal:
-                allowed = allowed & torch.ones(T, S, dtype=torch.bool).tril(S - T)
+                allowed = allowed & causal_mask(T, S)               # (T, S)
             dot = (q @ k.transpose(-2, -1)).cpu()                  # (B, h, T, S)
             a = acc[name]
             a["var_q"].add(q.cpu().transpose(1, 2)[queries])       # real query positions

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from . import PAD_ID
+from .attention import causal_mask
 from .mha import MultiHeadAttention
 from .transformer import Transformer, TransformerConfig, positional_encoding
 
@@ -119,7 +120,7 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src, src_mask, tgt_in, tgt_mask=None):
         T = tgt_in.shape[1]
-        future = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = blocked
+        future = ~causal_mask(T, device=tgt_in.device)   # (T, T) PyTorch's way: True = blocked
         x = self.transformer(self.embed_tokens(src), self.embed_tokens(tgt_in), tgt_mask=future,
                              src_key_padding_mask=~src_mask, memory_key_padding_mask=~src_mask,
                              tgt_key_padding_mask=None if tgt_mask is None else ~tgt_mask,

@@ -158,8 +158,9 @@ def test_lines_keep_inner_whitespace_and_unicode(tmp_path):
 
 
 def test_cli_verify(tmp_path, capsys):
-    assert data.main(["verify", str(tmp_path)]) == 1
-    assert "not found" in capsys.readouterr().err
+    assert data.main(["verify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "not found; download" in err
     if REAL:
         assert data.main(["verify", REAL]) == 0
         assert capsys.readouterr().out.count("ok") == 9

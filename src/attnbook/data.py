@@ -201,9 +201,9 @@ def load_multi30k(split: str = "train", src: str = "de", tgt: str = "en",
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from .cli import Parser, fail   # here, not at the top: the data need neither torch nor cli
 
-    parser = argparse.ArgumentParser(prog="python -m attnbook.data", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m attnbook.data", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("download", help="download and verify all nine Multi30k Task 1 files")
     d.add_argument("--to", type=Path, default=None, help="target folder (default: the cache)")
@@ -224,12 +224,12 @@ def main(argv: list[str] | None = None) -> int:
             for name in sorted(SHA256):
                 path = args.folder / name
                 if not path.is_file():
-                    raise DataError(f"{path} not found")
+                    raise DataError(f"{path} not found; download the files with `python -m "
+                                    f"attnbook.data download --to {args.folder}`")
                 verify(path, name)
                 print(f"ok  {path}")
     except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
     return 0
 
 

@@ -68,7 +68,7 @@ from .runs import load_run
 from .tasks import (NeighbourReader, greedy_generate, make_caesar_copy_task, make_lookback_task,
                     make_neighbour_batch, task_accuracy, train_on_task)
 from .tokenizer import TokenizerError
-from .train import train
+from .training import train
 from .toy import make_batch as make_reverse_batch
 from .toy import vocab_size as toy_vocab_size
 from .transformer import SelfAttentionStack, Transformer, TransformerConfig

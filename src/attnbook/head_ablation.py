@@ -48,11 +48,11 @@ from .bleu import bleu
 from .cli import Parser, UsageError, add_common, apply_common, fail
 from .data import DataError, load_multi30k
 from .decoding import translate
-from .experiments import header
 from .mha import MultiHeadAttention
 from .plotting import OKABE_ITO, use_book_style
 from .recipe import forward_logits
 from .runs import RunError, load_run
+from .sweeps import header
 
 # id: (name, module name pattern; the layer number goes in the braces), as on the attention page
 KINDS = {"enc": ("encoder self-attention", "encoder.{}.self_attn"),

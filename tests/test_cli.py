@@ -283,6 +283,7 @@ COMMANDS = ["ablations", "beyond_runs", "data", "diagrams", "evaluate", "exercis
 def test_the_list_of_commands_is_every_module_run_as_a_command():
     src = Path(__file__).resolve().parents[1] / "src" / "attnbook"
     found = {p.stem for p in src.glob("*.py") if '__name__ == "__main__"' in p.read_text()}
+    found |= {p.parent.name for p in src.glob("*/__main__.py")}        # packages: attnbook.data
     assert found - {"benchmarks"} == set(COMMANDS)
 
 
@@ -290,6 +291,8 @@ def test_the_list_of_commands_is_every_module_run_as_a_command():
 def test_every_command_rejects_a_bad_option_in_one_line_with_status_2(name, capsys):
     import importlib
     module = importlib.import_module(f"attnbook.{name}")
+    if not hasattr(module, "main"):                                    # a package's __main__.py
+        module = importlib.import_module(f"attnbook.{name}.__main__")
     try:
         rc = module.main(["--no-such-option"])
     except SystemExit as e:

@@ -11,6 +11,7 @@ import pytest
 
 from attnbook import data
 from attnbook.data import DataError, load_multi30k, read_lines, read_parallel
+from attnbook.data.__main__ import main as data_command
 
 REAL = os.environ.get(data.ENV_DIR)
 needs_real = pytest.mark.skipif(not REAL, reason=f"set {data.ENV_DIR} to the offline Multi30k copy")
@@ -158,8 +159,9 @@ def test_lines_keep_inner_whitespace_and_unicode(tmp_path):
 
 
 def test_cli_verify(tmp_path, capsys):
-    assert data.main(["verify", str(tmp_path)]) == 1
-    assert "not found" in capsys.readouterr().err
+    assert data_command(["verify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "not found; download" in err
     if REAL:
-        assert data.main(["verify", REAL]) == 0
+        assert data_command(["verify", REAL]) == 0
         assert capsys.readouterr().out.count("ok") == 9

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbook import ablations, experiments
+from attnbook import ablations, sweeps
 from attnbook.ablations import VARIANTS
 from attnbook.experiments import BASE_CANDIDATES, base_jobs
 from attnbook.recipe import (FIELDS, PRESETS, ConfigError, TrainConfig, build_model, check_config,
@@ -141,7 +141,7 @@ def test_each_ablation_changes_what_its_recorded_overrides_say():
 def test_a_run_folder_saved_flat_is_the_same_run_loads_and_resumes(tmp_path, monkeypatch):
     """Runs trained before TrainConfig held ``arch`` (the ablations being trained as this was
     written) saved the config flat in metrics.json and the checkpoint. ``ablations --merge``
-    must take them as its own runs (experiments._train_one: same_run on metrics.json's config)
+    must take them as its own runs (sweeps._train_one: same_run on metrics.json's config)
     and score them without training again; load_run and --resume read them too."""
     monkeypatch.chdir(tmp_path)
     args = ["--out", "abl", "--variants", "d-k-16", "--seeds", "0", "--steps", "2", "--jobs", "1"]
@@ -160,7 +160,7 @@ def test_a_run_folder_saved_flat_is_the_same_run_loads_and_resumes(tmp_path, mon
 
     def no_training(*a, **kw):
         raise AssertionError("the flat run was not recognised: it would be trained again")
-    monkeypatch.setattr(experiments, "train", no_training)
+    monkeypatch.setattr(sweeps, "train", no_training)
     assert ablations.main([*args, "--results", "results", "--merge", "--sentences", "2"]) == 0
     assert {f: f.stat().st_mtime_ns for f in stamps} == stamps    # nothing of the run rewritten
     (variant,) = json.loads((tmp_path / "results" / "ablations.json").read_text())["variants"]

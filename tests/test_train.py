@@ -203,7 +203,7 @@ def test_a_crash_between_log_line_and_checkpoint_logs_each_step_once(tmp_path, m
     from step 3's checkpoint and logs step 6 again. Resuming trims the log to the checkpoint's
     step (a line cut by the crash goes too): one line per evaluation, equal to a run without the
     crash but for the clock, and bit-identical weights."""
-    import attnbook.train as train_module
+    import attnbook.training as train_module      # the loop's module: train.py is the command
     cfg = override(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=2, dropout=0.1)
     train(cfg, tmp_path / "a", device=torch.device("cpu"), progress=False)
     save = train_module.save_checkpoint

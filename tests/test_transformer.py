@@ -7,7 +7,8 @@ import torch.nn as nn
 
 from attnbook.batching import lengths_mask
 from attnbook.mha import MultiHeadAttention
-from attnbook.torch_twins import TorchTransformer, torch_encoder, torch_transformer
+from attnbook.torch_twins import (TorchTransformer, attention_from_torch, attention_to_torch,
+                                  torch_encoder, torch_transformer, transformer_from_torch)
 from attnbook.transformer import SelfAttentionStack, Transformer, TransformerConfig
 
 CFG = dict(vocab_size=50, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0, max_len=64)
@@ -149,6 +150,43 @@ def test_torch_transformer_wrapper_computes_the_book_model(norm_first):
                                ref(src, src_mask, tgt, tgt_mask)[tgt_mask])
     model.encoder[0].ff.linear1.bias.data += 0.1              # a twin is a copy, not a view
     assert not torch.allclose(model(src, src_mask, tgt)[tgt_mask], ref(src, src_mask, tgt)[tgt_mask])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_bridge_copies_pytorch_weights_into_the_book_model_too(norm_first):
+    """torch -> book: a fresh book model given an nn.Transformer's weights computes what that
+    nn.Transformer computes; and book -> torch -> book gives back every weight exactly."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(**CFG, norm_first=norm_first)).double().eval()
+    twin = torch_transformer(model)
+    for p in twin.parameters():                                # PyTorch's own, other weights
+        p.data = torch.randn_like(p)
+    torch.manual_seed(1)
+    mine = Transformer(TransformerConfig(**CFG, norm_first=norm_first)).double().eval()
+    transformer_from_torch(mine, twin)
+    src, src_mask, tgt, tgt_mask = batch()
+    causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.bool)
+    theirs = mine.out(twin(mine.embed_tokens(src), mine.embed_tokens(tgt), tgt_mask=causal,
+                           src_key_padding_mask=~src_mask, tgt_key_padding_mask=~tgt_mask,
+                           memory_key_padding_mask=~src_mask))
+    torch.testing.assert_close(mine(src, src_mask, tgt, tgt_mask)[tgt_mask], theirs[tgt_mask])
+    back = transformer_from_torch(Transformer(TransformerConfig(**CFG, norm_first=norm_first)).double(),
+                                  torch_transformer(model))
+    back.embed.load_state_dict(model.embed.state_dict())
+    back.pos.load_state_dict(model.pos.state_dict())
+    a, b = model.state_dict(), back.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_one_attention_layer_crosses_the_bridge_both_ways():
+    torch.manual_seed(0)
+    mine, theirs = MultiHeadAttention(16, 4).double(), nn.MultiheadAttention(16, 4).double()
+    attention_to_torch(mine, theirs)
+    back = attention_from_torch(MultiHeadAttention(16, 4).double(), theirs)
+    assert all(torch.equal(p, q) for p, q in zip(mine.parameters(), back.parameters()))
+    torch.testing.assert_close(theirs.in_proj_weight[16:32], mine.W_k.weight, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="same d_model and h"):
+        attention_from_torch(MultiHeadAttention(16, 2), nn.MultiheadAttention(16, 4))
 
 
 def test_the_learned_table_starts_at_the_configured_scale():

@@ -29,8 +29,8 @@ from .bleu import bleu
 from .cli import Parser, add_common
 from .data import load_multi30k
 from .decoding import translate
-from .experiments import (SNAPSHOTS, _open_run, header, run_name, score_all, summarise,
-                          train_all)
+from .sweeps import (SNAPSHOTS, header, open_run, run_name, score_all, summarise,
+                     train_all)
 from .recipe import override, preset
 from .utils import get_device
 
@@ -137,7 +137,7 @@ def variant_jobs(names, seeds, out: Path) -> list:
 
 def _score_ablation_run(job) -> dict:
     """Test BLEU of the last checkpoint (beam search) and validation perplexity of one run."""
-    folder, model, tok, cfg, test, _ = _open_run(job, "test_2016_flickr")
+    folder, model, tok, cfg, test, _ = open_run(job, "test_2016_flickr")
     hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size,
                      alpha=cfg.length_alpha)
     result = bleu(hyps, [t for _, t in test])

@@ -89,14 +89,18 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return weights @ v, weights                                 # (..., T, d_v), (..., T, S)
 
 
-def causal_mask(T: int, S: int | None = None, device=None) -> torch.Tensor:
-    """(T, S) bool mask, True where query t may see key s: s <= t + (S - T).
+def causal_mask(T: int, S: int | None = None, offset: int = 0, device=None) -> torch.Tensor:
+    """(T, S) bool mask, True where query t may see key s (the book's convention: True = may
+    attend): s <= t + (S - T) + offset.
 
     With S == T (the usual case) this is the lower triangle: each position sees itself and the
     past. With S > T the queries are the *last* T of S positions (as when decoding with a cache).
+    ``offset`` moves the diagonal, for the experiments with a wrong mask: +1 lets query t see
+    key t + 1 (the token it must predict), -1 hides key t from it. PyTorch's ``attn_mask`` of
+    ``nn.Transformer`` is the opposite (True = blocked): ``~causal_mask(T)``.
     """
     S = T if S is None else S
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T + offset)
 
 
 def padding_mask(mask: torch.Tensor, heads: bool = True) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import check_qkv
+from .attention import causal_mask, check_qkv
 from .batching import pad, translation_loss
 from .lm import prompt_target_example
 from .mha import MultiHeadAttention
@@ -298,7 +298,7 @@ def linear_recurrence_parallel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     T = a.shape[-2]
     L = torch.cumsum(torch.log(a), dim=-2).transpose(-2, -1)       # (..., d, T): log a_1 ... a_t
     decay = L[..., :, None] - L[..., None, :]                       # (..., d, T, T): t, s
-    causal = torch.ones(T, T, dtype=torch.bool, device=a.device).tril()
+    causal = causal_mask(T, device=a.device)                        # (T, T): s <= t
     W = torch.exp(decay.masked_fill(~causal, float("-inf")))        # (..., d, T, T)
     return (W @ b.transpose(-2, -1)[..., None])[..., 0].transpose(-2, -1)  # (..., T, d)
 

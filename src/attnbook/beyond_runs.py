@@ -23,7 +23,6 @@ top-level record stay; the part then records the call that made it (its ``"call"
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -36,7 +35,7 @@ from . import PAD_ID
 from .batching import translation_loss
 from .beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
                      reversal_config, run_reversal, train_model)
-from .cli import fail
+from .cli import Parser, fail
 from .data import load_multi30k
 from .lm import lm_batches
 from .tokenizer import multi30k_tokenizer
@@ -110,7 +109,7 @@ def run_variant(name: str, seed: int, steps: int | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m attnbook.beyond_runs", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     p.add_argument("--note", default="", help="a note stored with the results")

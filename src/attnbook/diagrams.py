@@ -15,7 +15,7 @@ the package that the diagrams miss fails the tests. The library never imports th
 """
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
 import matplotlib as mpl
@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.path import Path as MplPath
 
+from .cli import Parser
 from .plotting import OKABE_ITO
 
 INK, MUTED = "#1a1a1a", "#555555"
@@ -567,13 +568,15 @@ def write_all(out: str | Path = "book/figures") -> list[Path]:
     return [save(draw(), out / f"{name}.svg") for name, draw in DIAGRAMS.items()]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write the book's diagrams as SVG files.")
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python -m attnbook.diagrams",
+                    description="Write the book's diagrams as SVG files.")
     parser.add_argument("--out", default="book/figures",
                         help="folder to write NAME.svg into (default: book/figures)")
     for path in write_all(parser.parse_args(argv).out):
         print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 
 from . import PAD_ID
+from .attention import causal_mask
 from .batching import translation_loss
 from .bleu import bleu
 from .cli import Parser, add_common, fail
@@ -67,7 +68,7 @@ from .runs import load_run
 from .tasks import (NeighbourReader, greedy_generate, make_caesar_copy_task, make_lookback_task,
                     make_neighbour_batch, task_accuracy, train_on_task)
 from .tokenizer import TokenizerError
-from .train import train
+from .training import train
 from .toy import make_batch as make_reverse_batch
 from .toy import vocab_size as toy_vocab_size
 from .transformer import SelfAttentionStack, Transformer, TransformerConfig
@@ -149,7 +150,7 @@ class SeesNextToken(MultiHeadAttention):
                 cache=None):
         B, T, _ = x.shape
         q, k, v = (self.split_heads(W(x)) for W in (self.W_q, self.W_k, self.W_v))  # (B,h,T,d_k)
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(diagonal=1)  # (T, T)
+        mask = causal_mask(T, offset=1, device=x.device)                             # (T, T)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)               # (B,h,T,d_k)
         return self.W_o(out.transpose(1, 2).reshape(B, T, self.d_model)), None
 

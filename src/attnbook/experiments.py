@@ -37,9 +37,7 @@ import os
 import shutil
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
-from multiprocessing import get_context
 from pathlib import Path
 
 import torch
@@ -49,10 +47,12 @@ from .bleu import bleu, bleu_by_length
 from .cli import Parser, add_common
 from .data import load_multi30k
 from .decoding import translate
-from .recipe import MODELS, forward_logits, override, preset, same_run
-from .runs import average_checkpoints, load_checkpoint, load_run, save_checkpoint, snapshot_files
-from .train import train, validation_loss
-from .utils import get_device, versions
+from .recipe import MODELS, forward_logits, override, preset
+from .runs import average_checkpoints, load_checkpoint, save_checkpoint, snapshot_files
+from .sweeps import (SNAPSHOTS, header, load_weights, open_run, run_name,  # noqa: F401
+                     score_all, summarise, train_all)
+from .training import validation_loss
+from .utils import get_device
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each
 # range brackets its model's best rate: a best rate at the end of a range would call for more.
@@ -63,36 +63,8 @@ SWEEP_LRS = {
     "gru-additive": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
     "gru-dot": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
 }
-SNAPSHOTS = (150, 300, 600)   # BLEU against budget: these steps and the preset's last,
+# BLEU against budget: sweeps.SNAPSHOTS and the preset's last step,
 BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only")  # for these (decoding costs)
-
-
-def run_name(cfg) -> str:
-    return f"{cfg.model}_lr{cfg.peak_lr:g}_seed{cfg.seed}_steps{cfg.max_steps}"
-
-
-def _train_one(job):
-    """Train one run (in a worker process) unless its folder already holds its metrics."""
-    cfg, folder, threads, data_dir, device = job
-    torch.set_num_threads(threads)
-    folder = Path(folder)
-    metrics_file = folder / "metrics.json"
-    if metrics_file.is_file() and same_run(json.loads(metrics_file.read_text())["config"],
-                                           asdict(cfg)) \
-            and json.loads(metrics_file.read_text())["steps"] == cfg.max_steps:
-        return json.loads(metrics_file.read_text())
-    resume = (folder / "checkpoint.pt").is_file()
-    return train(cfg, folder, resume=resume, data_dir=data_dir, progress=False, evaluate=False,
-                 device=get_device(device))
-
-
-def train_all(jobs: list, n_procs: int, threads: int, data_dir=None, device=None) -> list[dict]:
-    """Train every (cfg, folder) of ``jobs``, ``n_procs`` at a time; their metrics, in order."""
-    args = [(cfg, str(folder), threads, data_dir, device) for cfg, folder in jobs]
-    if n_procs == 1:
-        return [_train_one(a) for a in args]
-    with ProcessPoolExecutor(n_procs, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(_train_one, args))
 
 
 def sweep_jobs(preset_name: str, models, max_steps: int, out: Path) -> list:
@@ -134,17 +106,6 @@ def board_jobs(preset_name: str, models, seeds, out: Path, reuse: Path | None = 
 # ---------------------------------------------------------------------------------------------
 # Scoring (after training; in worker processes too)
 
-def load_weights(folder: Path, step: int | None = None, device="cpu"):
-    """(model, tokenizer, cfg) of a run folder, with the weights of its snapshot at ``step``
-    (None: the last checkpoint)."""
-    model, tok, cfg = load_run(folder, torch.device(device))
-    if step is not None and step != cfg.max_steps:
-        snap = torch.load(folder / "snapshots" / f"step_{step}.pt", map_location=device,
-                          weights_only=True)
-        model.load_state_dict(snap["model"])
-    return model.eval(), tok, cfg
-
-
 @torch.no_grad()
 def source_reliance(model, tok, pairs, max_tokens: int) -> tuple[float, float]:
     """Validation loss with the right sources, and with each source replaced by its neighbour's
@@ -181,18 +142,8 @@ def output_stats(hyps: list[str], refs: list[str]) -> dict:
             "length_ratio": round(sum(len(h.split()) for h in hyps) / sum(len(r.split()) for r in refs), 3)}
 
 
-def _open_run(job, split: str):
-    """A scoring job's run: (folder, model, tokenizer, config, the first ``limit`` pairs of
-    ``split``, device), in a worker with the job's number of threads."""
-    folder, threads, data_dir, limit, device = job
-    torch.set_num_threads(threads)
-    model, tok, cfg = load_weights(Path(folder), device=device)
-    pairs = load_multi30k(split, cfg.src_lang, cfg.tgt_lang, data_dir)[:limit or None]
-    return Path(folder), model, tok, cfg, pairs, device
-
-
 def _score_sweep_run(job) -> dict:
-    folder, model, tok, cfg, val, _ = _open_run(job, "val")
+    folder, model, tok, cfg, val, _ = open_run(job, "val")
     right, shuffled = source_reliance(model, tok, val, cfg.max_tokens)
     refs = [t for _, t in val]
     hyps = translate(model, tok, [s for s, _ in val], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
@@ -220,7 +171,7 @@ def flops_per_token(model, b) -> float:
 
 
 def _score_board_run(job) -> dict:
-    folder, _, tok, cfg, test, device = _open_run(job, "test_2016_flickr")
+    folder, _, tok, cfg, test, device = open_run(job, "test_2016_flickr")
     sources, refs = [s for s, _ in test], [t for _, t in test]
     row = {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "bleu_at_step": {}}
     steps = cfg.snapshot_steps if cfg.model in BUDGET_MODELS else ()
@@ -237,30 +188,6 @@ def _score_board_run(job) -> dict:
                 "val_loss": round(metrics["val_loss"], 4), "bleu_by_length": bleu_by_length(hyps, test),
                 **output_stats(hyps, refs), "hypotheses": hyps})
     return row
-
-
-def _score_cached(job) -> dict:
-    """Score one run, or read its score from the run folder (``score_<kind>.json``, written
-    when the run was scored with the same arguments: delete it to score again)."""
-    fn, folder, *rest = job
-    cache = Path(folder) / f"score_{fn.__name__.strip('_')}.json"
-    key = {"limit": rest[2], "device": rest[3]}
-    if cache.is_file():
-        saved = json.loads(cache.read_text())
-        if saved["key"] == key:
-            return saved["row"]
-    row = fn((folder, *rest))
-    cache.write_text(json.dumps({"key": key, "row": row}) + "\n")
-    return row
-
-
-def score_all(fn, folders: list, n_procs: int, threads: int, data_dir=None,
-              limit: int = 0, device: str = "cpu") -> list[dict]:
-    args = [(fn, str(f), threads, data_dir, limit, device) for f in folders]
-    if n_procs == 1:
-        return [_score_cached(a) for a in args]
-    with ProcessPoolExecutor(n_procs, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(_score_cached, args))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +217,7 @@ def _score_base_run(job) -> dict:
       AVERAGE_SPAN of the steps: validation loss; the k with the lowest is chosen, and scored
       (validation and test BLEU).
     """
-    folder, model, tok, cfg, test, device = _open_run(job, "test_2016_flickr")
+    folder, model, tok, cfg, test, device = open_run(job, "test_2016_flickr")
     val = load_multi30k("val", cfg.src_lang, cfg.tgt_lang, job[2])[:job[3] or None]
     val_batches = TranslationBatches(tok.encode_batch([s for s, _ in val]),
                                      tok.encode_batch([t for _, t in val]), cfg.max_tokens,
@@ -330,26 +257,12 @@ def _score_base_run(job) -> dict:
             "hypotheses": hyps}
 
 
-def summarise(values: list[float]) -> dict:
-    t = torch.tensor(values, dtype=torch.float64)
-    return {"mean": round(float(t.mean()), 2), "std": round(float(t.std()), 2) if len(values) > 1 else 0.0,
-            "min": min(values), "max": max(values), "n": len(values)}
-
-
 EXAMPLE_RULE = "test sentences 0, 100, 200, 300 and 400 (every 100th, fixed in advance), seed 0 of each model"
 EXAMPLES = (0, 100, 200, 300, 400)
 
 
-def header(preset_name: str, command: str, n_procs: int, threads: int, note: str = "") -> dict:
-    return {"preset": preset_name, "command": command, "note": note,
-            "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "hardware": {**versions(), "cpu_threads": threads},   # the threads of each run
-            "processes_at_once": n_procs, "threads_per_run": threads,
-            "load_average_before": round(os.getloadavg()[0], 2)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def parser() -> Parser:
+    """The command's options."""
     p = Parser(prog="python -m attnbook.experiments",
                description="Chapter 9's learning-rate sweep and seeded leaderboard.")
     p.add_argument("what", choices=("sweep", "board", "base", "train-only"))
@@ -365,6 +278,67 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    return p
+
+
+def score_sweep(args, folders: list) -> dict:
+    """sweep.json's results: every run's scores, and each model's rate of lowest validation loss."""
+    runs = score_all(_score_sweep_run, folders, args.jobs, args.threads, args.data_dir,
+                     args.sentences, str(get_device(args.device)))
+    chosen = {}
+    for m in args.models:
+        mine = [r for r in runs if r["model"] == m]
+        chosen[m] = min(mine, key=lambda r: r["val_loss"])["peak_lr"]
+    return {"selection": "lowest validation loss (no label smoothing) after the sweep's steps",
+            "chosen_peak_lr": chosen, "runs": runs}
+
+
+def score_base(args, folders: list) -> dict:
+    """cpu_base.json's results: every candidate's scores, the one of best validation BLEU, and
+    its translations of the example sentences."""
+    runs = score_all(_score_base_run, folders, 1, args.threads, args.data_dir,
+                     args.sentences, str(get_device(args.device)))
+    for folder, r in zip(folders, runs):
+        r["candidate"] = folder.name
+    chosen = max(runs, key=lambda r: r["val_bleu"])
+    test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+    examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
+                 "hypothesis": chosen["hypotheses"][i]}
+                for i in EXAMPLES if i < len(chosen["hypotheses"])]
+    for r in runs:
+        del r["hypotheses"]
+    return {"selection": "checkpoint average (last k snapshots) with the lowest validation "
+                         "loss; then the candidate with the best validation BLEU (beam "
+                         "search); the test set is scored but never chooses",
+            "chosen": chosen["candidate"], "test_bleu": chosen["test_bleu"],
+            "bleu_signature": chosen["bleu_signature"],
+            "example_rule": EXAMPLE_RULE.replace(", seed 0 of each model", ""),
+            "examples": examples, "runs": runs}
+
+
+def score_board(args, folders: list) -> dict:
+    """board.json's results: every run's scores, each model's test BLEU over the seeds at each
+    snapshot, and the first seed's translations of the example sentences."""
+    runs = score_all(_score_board_run, folders, args.jobs, args.threads, args.data_dir,
+                     args.sentences, str(get_device(args.device)))
+    test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+    examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
+                 **{r["model"]: r["hypotheses"][i] for r in runs if r["seed"] == args.seeds[0]}}
+                for i in EXAMPLES if i < len(runs[0]["hypotheses"])]
+    for r in runs:
+        del r["hypotheses"]
+    summary = {}
+    for m in args.models:
+        mine = [r for r in runs if r["model"] == m]
+        summary[m] = {step: summarise([r["bleu_at_step"][step] for r in mine])
+                      for step in mine[0]["bleu_at_step"]}
+    return {"summary_test_bleu": summary, "example_rule": EXAMPLE_RULE,
+            "examples": examples, "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
     args = p.parse_args(argv)
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "
@@ -383,55 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trained {len(jobs)} runs in {result['this_call_train_wall_time_s']:.0f} s")
     if args.what == "train-only" or not args.results:
         return 0
-    folders = [folder for _, folder in jobs]
     start = time.perf_counter()
-    if args.what == "sweep":
-        runs = score_all(_score_sweep_run, folders, args.jobs, args.threads, args.data_dir,
-                         args.sentences, str(get_device(args.device)))
-        chosen = {}
-        for m in args.models:
-            mine = [r for r in runs if r["model"] == m]
-            chosen[m] = min(mine, key=lambda r: r["val_loss"])["peak_lr"]
-        result.update({"selection": "lowest validation loss (no label smoothing) after the sweep's steps",
-                       "chosen_peak_lr": chosen, "runs": runs})
-    elif args.what == "base":
-        runs = score_all(_score_base_run, folders, 1, args.threads, args.data_dir,
-                         args.sentences, str(get_device(args.device)))
-        for (cfg, folder), r in zip(jobs, runs):
-            r["candidate"] = folder.name
-        chosen = max(runs, key=lambda r: r["val_bleu"])
-        test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
-        examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
-                     "hypothesis": chosen["hypotheses"][i]}
-                    for i in EXAMPLES if i < len(chosen["hypotheses"])]
-        for r in runs:
-            del r["hypotheses"]
-        result.update({"selection": "checkpoint average (last k snapshots) with the lowest validation "
-                                    "loss; then the candidate with the best validation BLEU (beam "
-                                    "search); the test set is scored but never chooses",
-                       "chosen": chosen["candidate"], "test_bleu": chosen["test_bleu"],
-                       "bleu_signature": chosen["bleu_signature"],
-                       "example_rule": EXAMPLE_RULE.replace(", seed 0 of each model", ""),
-                       "examples": examples, "runs": runs})
-    else:
-        runs = score_all(_score_board_run, folders, args.jobs, args.threads, args.data_dir,
-                         args.sentences, str(get_device(args.device)))
-        test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
-        examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
-                     **{r["model"]: r["hypotheses"][i] for r in runs if r["seed"] == args.seeds[0]}}
-                    for i in EXAMPLES if i < len(runs[0]["hypotheses"])]
-        for r in runs:
-            del r["hypotheses"]
-        summary = {}
-        for m in args.models:
-            mine = [r for r in runs if r["model"] == m]
-            summary[m] = {step: summarise([r["bleu_at_step"][step] for r in mine])
-                          for step in mine[0]["bleu_at_step"]}
-        result.update({"summary_test_bleu": summary, "example_rule": EXAMPLE_RULE,
-                       "examples": examples, "runs": runs})
+    score = {"sweep": score_sweep, "base": score_base, "board": score_board}[args.what]
+    result.update(score(args, [folder for _, folder in jobs]))
     result["score_wall_time_s"] = round(time.perf_counter() - start, 1)
     # the runs may have been trained by earlier calls (an interrupted command continues)
-    result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in runs), 1)
+    result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in result["runs"]), 1)
     result["load_average_after"] = round(os.getloadavg()[0], 2)
     args.results.mkdir(parents=True, exist_ok=True)
     name = {"sweep": "sweep.json", "board": "board.json", "base": "cpu_base.json"}[args.what]

@@ -43,16 +43,16 @@ from pathlib import Path
 import torch
 
 from . import __version__
-from .batching import TranslationBatches, pad, translation_loss
+from .batching import TranslationBatches, translation_loss
 from .bleu import bleu
 from .cli import Parser, UsageError, add_common, apply_common, fail
 from .data import DataError, load_multi30k
-from .decoding import greedy_decode
-from .experiments import header
+from .decoding import translate
 from .mha import MultiHeadAttention
 from .plotting import OKABE_ITO, use_book_style
 from .recipe import forward_logits
 from .runs import RunError, load_run
+from .sweeps import header
 
 # id: (name, module name pattern; the layer number goes in the braces), as on the attention page
 KINDS = {"enc": ("encoder self-attention", "encoder.{}.self_attn"),
@@ -114,16 +114,10 @@ def sentence_losses(model, batches: TranslationBatches, device) -> tuple[torch.T
 
 @torch.no_grad()
 def greedy_bleu(model, tok, pairs: list, device, batch_size: int = 128) -> float:
-    """BLEU of greedy translations of ``pairs`` (sources sorted by length into batches)."""
-    model.eval()
-    srcs = tok.encode_batch([s for s, _ in pairs])
-    order = sorted(range(len(srcs)), key=lambda i: len(srcs[i]))
-    hyps = [""] * len(srcs)
-    for k in range(0, len(order), batch_size):
-        idx = order[k:k + batch_size]
-        ids, mask = pad([srcs[i] for i in idx])                               # (B, S)
-        for i, out in zip(idx, greedy_decode(model, ids.to(device), mask.to(device))):
-            hyps[i] = tok.decode(out)
+    """BLEU of the greedy translations (``decoding.translate`` with beam 1: sources sorted by
+    length into batches, each up to its source length + 50 tokens) of ``pairs``."""
+    hyps = translate(model, tok, [s for s, _ in pairs], beam_size=1, batch_size=batch_size,
+                     device=device)
     return bleu(hyps, [t for _, t in pairs])["bleu"]
 
 

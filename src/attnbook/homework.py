@@ -32,7 +32,6 @@ grader of every coding exercise in the notebook on the object the reader defined
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import copy
 import json
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import nbformat
 
+from .cli import Parser, fail
 from .graders import GRADERS, GradeResult
 
 SOLUTION_START = re.compile(r"```\{solution-start\}\s+(\S+)")
@@ -260,8 +260,8 @@ def format_table(rows: list[tuple[str, GradeResult]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnbook.homework",
-                                     description="Student edition and grading of the book's homework.")
+    parser = Parser(prog="python -m attnbook.homework",
+                    description="Student edition and grading of the book's homework.")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("student", help="write the student edition of notebooks")
     s.add_argument("src", type=Path, help="a notebook or a folder of notebooks")
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     notebooks = []
     for p in args.paths:
         if not p.exists():
-            parser.error(f"{p} does not exist")
+            return fail(f"{p} does not exist; give a notebook or a folder of notebooks")
         notebooks += sorted(p.glob("*.ipynb")) if p.is_dir() else [p]
     rows = []
     for path in notebooks:

@@ -44,7 +44,7 @@ class MultiHeadAttention(nn.Module):
     Returns (out, weights): out (B, T, d_model); weights (B, h, T, S) or None.
 
     Setting ``record = True`` makes every call keep its weights and key mask in ``last``
-    (``(weights, key_mask)``), which :func:`attnbook.train.attention_entropy` reads without
+    (``(weights, key_mask)``), which :func:`attnbook.training.attention_entropy` reads without
     changing any model's forward.
     """
 
@@ -114,19 +114,9 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, d_model): concat heads
         return self.W_o(out), weights
 
-    @torch.no_grad()
     def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
-        """Copy the weights of an ``nn.MultiheadAttention`` (same d_model and h) into this module."""
-        if mha.embed_dim != self.d_model or mha.num_heads != self.h or not mha._qkv_same_embed_dim \
-                or self.d_k != self.d_v:
-            raise ValueError("nn.MultiheadAttention must have the same d_model and h, and "
-                             "kdim = vdim = d_model; this module must have d_k = d_model / h "
-                             "(PyTorch's module has no separate key width)")
-        for mine, theirs in zip((self.W_q, self.W_k, self.W_v), mha.in_proj_weight.chunk(3)):
-            mine.weight.copy_(theirs)
-        self.W_o.weight.copy_(mha.out_proj.weight)
-        if mha.in_proj_bias is not None and self.W_q.bias is not None:
-            for mine, theirs in zip((self.W_q, self.W_k, self.W_v), mha.in_proj_bias.chunk(3)):
-                mine.bias.copy_(theirs)
-            self.W_o.bias.copy_(mha.out_proj.bias)
-        return self
+        """Copy the weights of an ``nn.MultiheadAttention`` (same d_model and h) into this module:
+        :func:`attnbook.torch_twins.attention_from_torch`, the bridge's one place (imported here,
+        not at the top: torch_twins imports this module)."""
+        from .torch_twins import attention_from_torch
+        return attention_from_torch(self, mha)

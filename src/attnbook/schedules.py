@@ -6,7 +6,9 @@
   then a decay as 1/sqrt(step); :func:`warmup_lr` is the same shape with its peak stated
   (chapter 9 trains with it).
 
-:func:`scheduler` turns a factor into the ``LambdaLR`` that multiplies an optimiser's rate by it.
+:func:`scheduler` turns a factor into the ``LambdaLR`` that multiplies an optimiser's rate by it;
+:func:`warmup_cosine_scheduler` and :func:`warmup_lr_scheduler` are the two schedules so turned,
+the only ones the package builds (``train``, the graders and the small experiments use them).
 """
 from __future__ import annotations
 
@@ -45,3 +47,9 @@ def scheduler(opt: torch.optim.Optimizer, factor: Callable[[int], float]):
 def warmup_cosine_scheduler(opt: torch.optim.Optimizer, warmup: int, steps: int):
     """The optimiser's rate times :func:`warmup_cosine` (the short runs of chapters 5-8, 10)."""
     return scheduler(opt, lambda s: warmup_cosine(s, warmup, steps))
+
+
+def warmup_lr_scheduler(opt: torch.optim.Optimizer, peak_lr: float, warmup: int):
+    """The optimiser's rate times :func:`warmup_lr`: with the optimiser's rate at 1.0 (as
+    chapter 9's training sets it), the rate is warmup_lr(step, peak_lr, warmup) itself."""
+    return scheduler(opt, lambda s: warmup_lr(s, peak_lr, warmup))

@@ -20,7 +20,6 @@ initialised Transformers of several widths (chapter 4 runs it live).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -30,7 +29,9 @@ from pathlib import Path
 
 import torch
 
+from .attention import causal_mask
 from .batching import make_batch
+from .cli import Parser, fail
 from .data import load_multi30k
 from .mha import MultiHeadAttention
 from .recipe import build_model, forward_logits
@@ -93,7 +94,7 @@ def score_statistics(model: torch.nn.Module, batches) -> list[dict]:
                 queries = torch.ones(B, T, dtype=torch.bool)
             allowed = queries[:, :, None] & keys[:, None, :]       # (B, T, S)
             if causal:
-                allowed = allowed & torch.ones(T, S, dtype=torch.bool).tril(S - T)
+                allowed = allowed & causal_mask(T, S)               # (T, S)
             dot = (q @ k.transpose(-2, -1)).cpu()                  # (B, h, T, S)
             a = acc[name]
             a["var_q"].add(q.cpu().transpose(1, 2)[queries])       # real query positions
@@ -180,8 +181,7 @@ def measure_run(run: Path, average: int = 5, n_sentences: int = 256, seed: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnbook.score_scales",
-                                description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m attnbook.score_scales", description=__doc__.split("\n")[0])
     p.add_argument("--run", type=Path, required=True, help="a run folder written by attnbook.train")
     p.add_argument("--average", type=int, default=5, help="average the run's last K snapshots")
     p.add_argument("--sentences", type=int, default=256, help="validation pairs to measure on")
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = measure_run(args.run, args.average, args.sentences)
     except RunError as e:
-        p.error(str(e))
+        return fail(e)
     result = {"command": "python -m attnbook.score_scales " + " ".join(argv),
               "average": args.average, "date": time.strftime("%Y-%m-%d", time.gmtime()),
               "hardware": versions(), "load_average_before": load,

@@ -1,5 +1,7 @@
 """The book's models rebuilt from PyTorch's own modules, with the same weights: the one bridge
-between the two, used by the tests, chapters 5, 8 and 10 and the benchmarks.
+between the two, both directions (``*_to_torch``: the book's weights into PyTorch's modules;
+``*_from_torch``: PyTorch's into the book's), used by the tests, chapters 5, 6, 8 and 10 and the
+benchmarks (``MultiHeadAttention.load_from_torch`` is :func:`attention_from_torch`).
 
 Two differences of interface, and only two, separate the book's modules from PyTorch's:
 
@@ -20,31 +22,113 @@ import torch
 import torch.nn as nn
 
 from . import PAD_ID
+from .attention import causal_mask
 from .mha import MultiHeadAttention
 from .transformer import Transformer, TransformerConfig, positional_encoding
 
 
+# --- The weight bridge, both directions: each function takes (the book's module, PyTorch's) ---
+
+def _check_attention(mine: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    if theirs.embed_dim != mine.d_model or theirs.num_heads != mine.h \
+            or not theirs._qkv_same_embed_dim or mine.d_k != mine.d_v:
+        raise ValueError("nn.MultiheadAttention must have the same d_model and h, and "
+                         "kdim = vdim = d_model; this module must have d_k = d_model / h "
+                         "(PyTorch's module has no separate key width)")
+
+
 @torch.no_grad()
-def copy_attention(theirs: nn.MultiheadAttention, mine: MultiHeadAttention) -> None:
-    """Copy the book's W_q, W_k, W_v, W_o into an ``nn.MultiheadAttention`` of the same size.
-    (The other way round is :meth:`attnbook.mha.MultiHeadAttention.load_from_torch`.)"""
+def attention_to_torch(mine: MultiHeadAttention, theirs: nn.MultiheadAttention
+                       ) -> nn.MultiheadAttention:
+    """Copy the book's W_q, W_k, W_v (each (d_model, d_model)) stacked into ``theirs``'
+    ``in_proj_weight`` (3 d_model, d_model) and ``in_proj_bias``, and W_o into ``out_proj``."""
+    _check_attention(mine, theirs)
     theirs.in_proj_weight.copy_(torch.cat([mine.W_q.weight, mine.W_k.weight, mine.W_v.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([mine.W_q.bias, mine.W_k.bias, mine.W_v.bias]))
+    if theirs.in_proj_bias is not None and mine.W_q.bias is not None:
+        theirs.in_proj_bias.copy_(torch.cat([mine.W_q.bias, mine.W_k.bias, mine.W_v.bias]))
     theirs.out_proj.load_state_dict(mine.W_o.state_dict())
+    return theirs
 
 
 @torch.no_grad()
-def copy_block(theirs: nn.Module, mine: nn.Module) -> None:
+def attention_from_torch(mine: MultiHeadAttention, theirs: nn.MultiheadAttention
+                         ) -> MultiHeadAttention:
+    """The other way: ``theirs``' ``in_proj_weight`` (3 d_model, d_model) split into the book's
+    W_q, W_k, W_v, ``out_proj`` into W_o (biases too, where both have them)."""
+    _check_attention(mine, theirs)
+    for W, w in zip((mine.W_q, mine.W_k, mine.W_v), theirs.in_proj_weight.chunk(3)):
+        W.weight.copy_(w)
+    mine.W_o.weight.copy_(theirs.out_proj.weight)
+    if theirs.in_proj_bias is not None and mine.W_q.bias is not None:
+        for W, b in zip((mine.W_q, mine.W_k, mine.W_v), theirs.in_proj_bias.chunk(3)):
+            W.bias.copy_(b)
+        mine.W_o.bias.copy_(theirs.out_proj.bias)
+    return mine
+
+
+def _block_pairs(mine: nn.Module, theirs: nn.Module) -> list:
+    """(book submodule, PyTorch submodule) of an encoder or decoder block and its
+    ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``, attention aside."""
+    pairs = [(mine.ff.linear1, theirs.linear1), (mine.ff.linear2, theirs.linear2)]
+    return pairs + [(getattr(mine, f"norm{i}"), getattr(theirs, f"norm{i}"))
+                    for i in (1, 2, 3) if hasattr(theirs, f"norm{i}")]
+
+
+def _attention_pairs(mine: nn.Module, theirs: nn.Module) -> list:
+    pairs = [(mine.self_attn, theirs.self_attn)]
+    if hasattr(theirs, "multihead_attn"):                      # a decoder layer: cross-attention
+        pairs.append((mine.cross_attn, theirs.multihead_attn))
+    return pairs
+
+
+@torch.no_grad()
+def block_to_torch(mine: nn.Module, theirs: nn.Module) -> None:
     """Copy a book encoder or decoder block into ``nn.TransformerEncoderLayer`` or
     ``nn.TransformerDecoderLayer``: attention(s), feed-forward and LayerNorms (norm1..norm3)."""
-    copy_attention(theirs.self_attn, mine.self_attn)
-    if hasattr(theirs, "multihead_attn"):                      # a decoder layer: cross-attention
-        copy_attention(theirs.multihead_attn, mine.cross_attn)
-    theirs.linear1.load_state_dict(mine.ff.linear1.state_dict())
-    theirs.linear2.load_state_dict(mine.ff.linear2.state_dict())
-    for i in (1, 2, 3):
-        if hasattr(theirs, f"norm{i}"):
-            getattr(theirs, f"norm{i}").load_state_dict(getattr(mine, f"norm{i}").state_dict())
+    for a, b in _attention_pairs(mine, theirs):
+        attention_to_torch(a, b)
+    for a, b in _block_pairs(mine, theirs):
+        b.load_state_dict(a.state_dict())
+
+
+@torch.no_grad()
+def block_from_torch(mine: nn.Module, theirs: nn.Module) -> None:
+    """The other way: a PyTorch encoder or decoder layer's weights into the book's block."""
+    for a, b in _attention_pairs(mine, theirs):
+        attention_from_torch(a, b)
+    for a, b in _block_pairs(mine, theirs):
+        a.load_state_dict(b.state_dict())
+
+
+def _stack_pairs(model: Transformer, twin: nn.Transformer) -> tuple[list, list]:
+    """([(book block, PyTorch layer)], [(book final LayerNorm, PyTorch's)]) of the two stacks;
+    only pre-LN stacks end with a LayerNorm."""
+    blocks = list(zip([*model.encoder, *model.decoder], [*twin.encoder.layers, *twin.decoder.layers]))
+    norms = [(model.enc_norm, twin.encoder.norm), (model.dec_norm, twin.decoder.norm)]
+    return blocks, norms if model.cfg.norm_first else []
+
+
+@torch.no_grad()
+def transformer_to_torch(model: Transformer, twin: nn.Transformer) -> nn.Transformer:
+    """Copy the book's encoder and decoder stacks (blocks, and pre-LN's final LayerNorms) into
+    an ``nn.Transformer`` of the same configuration; embeddings and output layer aside."""
+    blocks, norms = _stack_pairs(model, twin)
+    for mine, theirs in blocks:
+        block_to_torch(mine, theirs)
+    for mine, theirs in norms:
+        theirs.load_state_dict(mine.state_dict())
+    return twin
+
+
+@torch.no_grad()
+def transformer_from_torch(model: Transformer, twin: nn.Transformer) -> Transformer:
+    """The other way: an ``nn.Transformer``'s stacks into the book's Transformer."""
+    blocks, norms = _stack_pairs(model, twin)
+    for mine, theirs in blocks:
+        block_from_torch(mine, theirs)
+    for mine, theirs in norms:
+        mine.load_state_dict(theirs.state_dict())
+    return model
 
 
 def _layer_kwargs(cfg: TransformerConfig, dropout: float = 0.0) -> dict:
@@ -58,21 +142,21 @@ def _final_norm(cfg: TransformerConfig):
     return nn.LayerNorm(cfg.d_model) if cfg.norm_first else None
 
 
+def _nn_transformer(cfg: TransformerConfig, dropout: float) -> nn.Transformer:
+    """An ``nn.Transformer`` (batch_first) of ``cfg``'s size, with the book's final LayerNorms."""
+    kw = _layer_kwargs(cfg, dropout)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), cfg.n_layers,
+                                norm=_final_norm(cfg), enable_nested_tensor=False)
+    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), cfg.n_layers,
+                                norm=_final_norm(cfg))
+    return nn.Transformer(custom_encoder=enc, custom_decoder=dec, **kw)
+
+
 def torch_transformer(model: Transformer, dropout: float = 0.0) -> nn.Transformer:
     """An ``nn.Transformer`` (batch_first) with ``model``'s configuration and a copy of its
     blocks' weights: the encoder-decoder stack only, on embedded inputs (B, S, d_model) and
     (B, T, d_model). Embedding, positions and output layer stay the book's (chapter 8)."""
-    c, kw = model.cfg, _layer_kwargs(model.cfg, dropout)
-    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), c.n_layers,
-                                norm=_final_norm(c), enable_nested_tensor=False)
-    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), c.n_layers, norm=_final_norm(c))
-    twin = nn.Transformer(custom_encoder=enc, custom_decoder=dec, **kw)
-    for theirs, mine in zip([*twin.encoder.layers, *twin.decoder.layers],
-                            [*model.encoder, *model.decoder]):
-        copy_block(theirs, mine)
-    if c.norm_first:
-        twin.encoder.norm.load_state_dict(model.enc_norm.state_dict())
-        twin.decoder.norm.load_state_dict(model.dec_norm.state_dict())
+    twin = transformer_to_torch(model, _nn_transformer(model.cfg, dropout))
     return twin.to(next(model.parameters()).dtype).eval()
 
 
@@ -84,7 +168,7 @@ def torch_encoder(model: nn.Module) -> nn.TransformerEncoder:
     twin = nn.TransformerEncoder(nn.TransformerEncoderLayer(**_layer_kwargs(c)), c.n_layers,
                                  norm=_final_norm(c), enable_nested_tensor=False)
     for theirs, mine in zip(twin.layers, model.blocks):
-        copy_block(theirs, mine)
+        block_to_torch(mine, theirs)
     if c.norm_first:
         twin.norm.load_state_dict(model.norm.state_dict())
     return twin.to(next(model.parameters()).dtype).eval()
@@ -102,12 +186,7 @@ class TorchTransformer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        kw = _layer_kwargs(cfg, cfg.dropout)
-        enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**kw), cfg.n_layers,
-                                    norm=_final_norm(cfg), enable_nested_tensor=False)
-        dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), cfg.n_layers,
-                                    norm=_final_norm(cfg))
-        self.transformer = nn.Transformer(custom_encoder=enc, custom_decoder=dec, **kw)
+        self.transformer = _nn_transformer(cfg, cfg.dropout)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=PAD_ID)
         self.pos = positional_encoding(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -119,7 +198,7 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src, src_mask, tgt_in, tgt_mask=None):
         T = tgt_in.shape[1]
-        future = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = blocked
+        future = ~causal_mask(T, device=tgt_in.device)   # (T, T) PyTorch's way: True = blocked
         x = self.transformer(self.embed_tokens(src), self.embed_tokens(tgt_in), tgt_mask=future,
                              src_key_padding_mask=~src_mask, memory_key_padding_mask=~src_mask,
                              tgt_key_padding_mask=None if tgt_mask is None else ~tgt_mask,
@@ -130,10 +209,5 @@ class TorchTransformer(nn.Module):
     def load_from_book(self, model: Transformer) -> "TorchTransformer":
         """Copy the weights of the book's ``model`` (same configuration) into this module."""
         self.embed.weight.copy_(model.embed.weight)
-        for theirs, mine in zip([*self.transformer.encoder.layers, *self.transformer.decoder.layers],
-                                [*model.encoder, *model.decoder]):
-            copy_block(theirs, mine)
-        if self.cfg.norm_first:
-            self.transformer.encoder.norm.load_state_dict(model.enc_norm.state_dict())
-            self.transformer.decoder.norm.load_state_dict(model.dec_norm.state_dict())
+        transformer_to_torch(model, self.transformer)
         return self

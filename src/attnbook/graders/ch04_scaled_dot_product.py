@@ -98,20 +98,12 @@ def _c4_off_by_one(got, q, k, v, mask) -> str | None:
     return None
 
 
-@grader("ex-04-sdpa", target="scaled_dot_product_attention")
-def check_scaled_dot_product_attention(fn):
-    """Checks ``scaled_dot_product_attention(q, k, v, mask=None, causal=False) -> (out, weights)``
-    on 2-, 3- and 4-dimensional inputs, padding and causal masks, a fully masked row, large
-    scores, float32, and the gradients."""
-    g = torch.Generator().manual_seed(4)
-
-    def rnd(*shape, dtype=torch.float64, scale=1.0):
-        return (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).to(dtype)
-
+def _c4_sdpa_cases(rnd, g) -> list:
+    """The cases of ex-04-sdpa: (what, q, k, v, mask or None, causal)."""
     row_blocked = torch.rand(2, 4, 5, generator=g) < 0.7
     row_blocked[0, 2] = False            # query 2 of sequence 0 sees no key at all
     row_blocked[1, 1] = True
-    cases = [
+    return [
         ("one sequence: q (4, 8), k (6, 8), v (6, 5)", rnd(4, 8), rnd(6, 8), rnd(6, 5), None,
          False),
         ("a batch: q (2, 4, 8), k (2, 6, 8), v (2, 6, 5)", rnd(2, 4, 8), rnd(2, 6, 8), rnd(2, 6, 5),
@@ -130,65 +122,77 @@ def check_scaled_dot_product_attention(fn):
         ("float32 inputs: q, k, v (2, 4, 8)", rnd(2, 4, 8, dtype=torch.float32),
          rnd(2, 4, 8, dtype=torch.float32), rnd(2, 4, 8, dtype=torch.float32), None, False),
     ]
-    n = 0
-    for what, q, k, v, mask, causal in cases:
-        kwargs = {}
-        if mask is not None:
-            kwargs["mask"] = mask.clone()
-        if causal:
-            kwargs["causal"] = True
-        got = _c4_call(fn, what, q.clone(), k.clone(), v.clone(), **kwargs)
-        out_ref, w_ref = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal)
-        expect_pair(got, "(out, weights)", what)
-        out, w = got
-        if (isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor)
-                and out_ref.shape != w_ref.shape
-                and out.shape == w_ref.shape and w.shape == out_ref.shape):
-            raise Hint(f"on {what}: return (out, weights) in that order; you returned the weights "
-                       f"{tuple(out.shape)} first and the output {tuple(w.shape)} second")
-        expect_shape(out, out_ref.shape, f"out on {what}")
-        expect_shape(w, w_ref.shape, f"weights on {what}")
-        if out.dtype != q.dtype:
-            raise Hint(f"out on {what}: expected dtype {q.dtype} (the dtype of q), got {out.dtype}")
-        allowed = torch.ones(w_ref.shape, dtype=torch.bool)
-        if mask is not None:
-            allowed = allowed & mask
-        if causal:
-            allowed = allowed & causal_mask(q.shape[-2], k.shape[-2])
-        empty = ~allowed.any(-1)                                       # (..., T) fully masked rows
-        if causal and not torch.allclose(out, out_ref, atol=1e-5, rtol=1e-4):
-            off_by_one = _c4_off_by_one(out, q, k, v, mask)
-            if off_by_one is not None:
-                raise Hint(f"on {what}: {off_by_one}")
-        if torch.isnan(out).any() or torch.isnan(w).any():
-            bad = torch.isnan(w).any(-1) | torch.isnan(out).any(-1)
-            idx = tuple(torch.nonzero(bad)[0].tolist())
-            if empty[idx]:
-                raise Hint(f"on {what}: NaN in query row {idx}, whose keys are all blocked. The "
-                           "softmax of a row of -inf is 0/0 = NaN; return all-zero weights and "
-                           "a zero output for such a row (NaN would spread to everything that "
-                           "touches it, even multiplied by 0)")
-            raise Hint(f"on {what}: NaN in query row {idx}. Large scores overflow exp(); use "
-                       "torch.softmax, which subtracts each row's maximum first")
-        if not torch.allclose(out, out_ref, atol=1e-5, rtol=1e-4):
-            mistake = _c4_attention_mistake(out, q, k, v, mask, causal)
-            if mistake is not None:
-                raise Hint(f"on {what}: {mistake}")
-            if (w[~allowed] != 0).any():
-                idx = tuple(torch.nonzero(~allowed & (w != 0))[0].tolist())
-                if empty[idx[:-1]]:
-                    raise Hint(f"on {what}: query row {list(idx[:-1])} may attend to no key, so "
-                               f"its weights must all be 0, got {w[idx].item():.3g} at key "
-                               f"{idx[-1]}. A large negative fill value such as -1e9 makes such "
-                               "a row uniform, attending to padding; give it zero weights")
-                raise Hint(f"on {what}: weights{list(idx)} belongs to a blocked key and must be "
-                           f"exactly 0, got {w[idx].item():.3g}; set blocked scores to -inf "
-                           "before the softmax")
-        expect_close(out, out_ref, f"out on {what}")
-        expect_close(w, w_ref, f"weights on {what}")
-        n += 1
 
-    # Gradients flow back to q, k and v as they do through the reference.
+
+def _c4_sdpa_case(fn, what, q, k, v, mask, causal) -> None:
+    """Run the reader's attention on one case; a Hint for the first thing wrong: the pair, its
+    order, shapes and dtype, then (:func:`_c4_explain`) the values."""
+    kwargs = {}
+    if mask is not None:
+        kwargs["mask"] = mask.clone()
+    if causal:
+        kwargs["causal"] = True
+    got = _c4_call(fn, what, q.clone(), k.clone(), v.clone(), **kwargs)
+    out_ref, w_ref = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal)
+    expect_pair(got, "(out, weights)", what)
+    out, w = got
+    if (isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor)
+            and out_ref.shape != w_ref.shape
+            and out.shape == w_ref.shape and w.shape == out_ref.shape):
+        raise Hint(f"on {what}: return (out, weights) in that order; you returned the weights "
+                   f"{tuple(out.shape)} first and the output {tuple(w.shape)} second")
+    expect_shape(out, out_ref.shape, f"out on {what}")
+    expect_shape(w, w_ref.shape, f"weights on {what}")
+    if out.dtype != q.dtype:
+        raise Hint(f"out on {what}: expected dtype {q.dtype} (the dtype of q), got {out.dtype}")
+    _c4_explain(what, out, w, out_ref, q, k, v, mask, causal)
+    expect_close(out, out_ref, f"out on {what}")
+    expect_close(w, w_ref, f"weights on {what}")
+
+
+def _c4_explain(what, out, w, out_ref, q, k, v, mask, causal) -> None:
+    """A Hint naming why ``out`` (..., T, d_v) and ``w`` (..., T, S) differ from the reference,
+    if a known reason fits: a causal mask off by one, NaN (a fully blocked row, or overflow), a
+    plausible mistake, or weight on a blocked key."""
+    allowed = torch.ones(w.shape, dtype=torch.bool)                      # (..., T, S)
+    if mask is not None:
+        allowed = allowed & mask
+    if causal:
+        allowed = allowed & causal_mask(q.shape[-2], k.shape[-2])
+    empty = ~allowed.any(-1)                                             # (..., T) fully masked rows
+    if causal and not torch.allclose(out, out_ref, atol=1e-5, rtol=1e-4):
+        off_by_one = _c4_off_by_one(out, q, k, v, mask)
+        if off_by_one is not None:
+            raise Hint(f"on {what}: {off_by_one}")
+    if torch.isnan(out).any() or torch.isnan(w).any():
+        bad = torch.isnan(w).any(-1) | torch.isnan(out).any(-1)
+        idx = tuple(torch.nonzero(bad)[0].tolist())
+        if empty[idx]:
+            raise Hint(f"on {what}: NaN in query row {idx}, whose keys are all blocked. The "
+                       "softmax of a row of -inf is 0/0 = NaN; return all-zero weights and "
+                       "a zero output for such a row (NaN would spread to everything that "
+                       "touches it, even multiplied by 0)")
+        raise Hint(f"on {what}: NaN in query row {idx}. Large scores overflow exp(); use "
+                   "torch.softmax, which subtracts each row's maximum first")
+    if torch.allclose(out, out_ref, atol=1e-5, rtol=1e-4):
+        return
+    mistake = _c4_attention_mistake(out, q, k, v, mask, causal)
+    if mistake is not None:
+        raise Hint(f"on {what}: {mistake}")
+    if (w[~allowed] != 0).any():
+        idx = tuple(torch.nonzero(~allowed & (w != 0))[0].tolist())
+        if empty[idx[:-1]]:
+            raise Hint(f"on {what}: query row {list(idx[:-1])} may attend to no key, so "
+                       f"its weights must all be 0, got {w[idx].item():.3g} at key "
+                       f"{idx[-1]}. A large negative fill value such as -1e9 makes such "
+                       "a row uniform, attending to padding; give it zero weights")
+        raise Hint(f"on {what}: weights{list(idx)} belongs to a blocked key and must be "
+                   f"exactly 0, got {w[idx].item():.3g}; set blocked scores to -inf "
+                   "before the softmax")
+
+
+def _c4_sdpa_gradients(fn, rnd) -> None:
+    """Gradients flow back to q, k and v as they do through the reference."""
     what = ("the gradients of (out * g).sum() for causal attention with padding, q, k, v "
             "(2, 2, 6, 8)")
     q, k, v = (rnd(2, 2, 6, 8).requires_grad_() for _ in range(3))
@@ -206,7 +210,23 @@ def check_scaled_dot_product_attention(fn):
             raise Hint(f"on {what}: no gradient reaches {name}; it must take part in the "
                        "computation through differentiable operations")
         expect_close(got_g, ref_g, f"the gradient with respect to {name} on {what}")
-    return n + 1
+
+
+@grader("ex-04-sdpa", target="scaled_dot_product_attention")
+def check_scaled_dot_product_attention(fn):
+    """Checks ``scaled_dot_product_attention(q, k, v, mask=None, causal=False) -> (out, weights)``
+    on 2-, 3- and 4-dimensional inputs, padding and causal masks, a fully masked row, large
+    scores, float32, and the gradients."""
+    g = torch.Generator().manual_seed(4)
+
+    def rnd(*shape, dtype=torch.float64, scale=1.0):
+        return (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).to(dtype)
+
+    cases = _c4_sdpa_cases(rnd, g)
+    for case in cases:
+        _c4_sdpa_case(fn, *case)
+    _c4_sdpa_gradients(fn, rnd)
+    return len(cases) + 1
 
 
 def _c4_entropy_ref(d_k: int, scale: float, S: int, n: int = 50_000) -> float:

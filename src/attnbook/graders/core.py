@@ -22,6 +22,8 @@ from typing import Callable
 
 import torch
 
+from ..attention import causal_mask
+
 
 class Hint(Exception):
     """A failed check. The message says what was tested, what was expected and what came back."""
@@ -133,5 +135,4 @@ OFF_BY_ONE = {
 def shifted_causal_mask(T: int, S: int | None = None, shift: int = 1) -> torch.Tensor:
     """(T, S) bool: :func:`attnbook.attention.causal_mask` with its diagonal moved by ``shift``
     (True = may attend): +1 lets query t see key t + 1, -1 hides key t from it."""
-    S = T if S is None else S
-    return torch.ones(T, S, dtype=torch.bool).tril(S - T + shift)
+    return causal_mask(T, S, offset=shift)

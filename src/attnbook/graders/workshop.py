@@ -19,7 +19,7 @@ from .. import BOS_ID, EOS_ID, PAD_ID
 from ..batching import make_batch
 from ..decoding import beam_search, length_penalty
 from ..batching import translation_loss
-from ..schedules import warmup_lr
+from ..schedules import warmup_lr_scheduler
 from ..transformer import Transformer, TransformerConfig
 from .core import Hint, grader
 
@@ -212,7 +212,7 @@ def _training_setup(seed, dropout):
 
 def _run_steps(step, model, batch, clip, eps, n_steps=2, **kw):
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_lr(s + 1, 1.0, 3))
+    sched = warmup_lr_scheduler(opt, 1.0, 3)
     losses = []
     for i in range(n_steps):
         torch.manual_seed(100 + i)                     # the same dropout masks for every run

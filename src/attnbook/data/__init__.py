@@ -16,8 +16,8 @@ Where the files come from, in this order:
 
 Every file is checked against a pinned sha256 sum before it is read, so a truncated download or a
 different version of the data set is caught instead of silently changing the book's results.
-Command line: ``python -m attnbook.data download`` fetches all files; ``python -m attnbook.data
-verify DIR`` checks a folder.
+Command line (``data/__main__.py``): ``python -m attnbook.data download`` fetches all files;
+``python -m attnbook.data verify DIR`` checks a folder.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ import gzip
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -198,40 +197,3 @@ def load_multi30k(split: str = "train", src: str = "de", tgt: str = "en",
     src_path = locate(split, src, data_dir)
     tgt_path = locate(split, tgt, data_dir)
     return read_parallel(src_path, tgt_path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m attnbook.data", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("download", help="download and verify all nine Multi30k Task 1 files")
-    d.add_argument("--to", type=Path, default=None, help="target folder (default: the cache)")
-    v = sub.add_parser("verify", help="check the sha256 sums of the files in a folder")
-    v.add_argument("folder", type=Path)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "download":
-            dest = args.to or cache_dir() / "multi30k"
-            for name in sorted(SHA256):
-                path = dest / name
-                if path.is_file():
-                    verify(path, name)
-                else:
-                    download(name, dest)
-                print(f"ok  {path}")
-        else:
-            for name in sorted(SHA256):
-                path = args.folder / name
-                if not path.is_file():
-                    raise DataError(f"{path} not found")
-                verify(path, name)
-                print(f"ok  {path}")
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

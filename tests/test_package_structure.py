@@ -1,0 +1,138 @@
+"""The package's shape, read from its source with ``ast`` (nothing is imported): short functions,
+no import cycle, and the commands kept apart from the library.
+
+A *command module* is one whose ``main()`` runs under ``if __name__ == "__main__"`` (``python -m
+attnbook.X``; for the package ``attnbook.data``, its ``__main__.py``). Commands may import the
+library; no module imports a command module (benchmarks aside: it imports bench_attention and
+bench_models, which are library modules)."""
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "attnbook"
+MAX_LINES = 80     # of code, from the first statement after the docstring to the last line
+
+
+def module_name(path: Path) -> str:
+    parts = ("attnbook", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+TREES = {name: ast.parse(p.read_text(), str(p)) for name, p in MODULES.items()}
+
+
+def is_command(tree: ast.Module) -> bool:
+    """Whether the module defines main() and runs it under ``if __name__ == "__main__"``."""
+    has_main = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+    runs = any(isinstance(n, ast.If) and isinstance(n.test, ast.Compare)
+               and isinstance(n.test.left, ast.Name) and n.test.left.id == "__name__"
+               for n in tree.body)
+    return has_main and runs
+
+
+COMMANDS = {name for name, tree in TREES.items() if is_command(tree)}
+
+
+def imported(name: str, nodes) -> set[str]:
+    """The package's modules that the import statements among ``nodes`` of module ``name``
+    bring in (``from . import x`` counts module x, ``from .x import y`` module x)."""
+    package = name.split(".") if MODULES[name].name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for n in nodes:
+        if isinstance(n, ast.ImportFrom):
+            if n.level == 0:
+                base = n.module or ""
+            else:                               # from . / from .x / from ..x
+                base = ".".join(package[:len(package) - n.level + 1] + [n.module or ""]).rstrip(".")
+            for alias in n.names:
+                if f"{base}.{alias.name}" in MODULES:
+                    out.add(f"{base}.{alias.name}")
+                elif base in MODULES:
+                    out.add(base)
+        elif isinstance(n, ast.Import):
+            out |= {a.name for a in n.names if a.name in MODULES}
+    out.discard(name)
+    return out
+
+
+def test_the_rules_see_the_package():
+    assert {"attnbook.train", "attnbook.evaluate", "attnbook.data.__main__"} <= COMMANDS
+    assert not {"attnbook.training", "attnbook.data", "attnbook.sweeps"} & COMMANDS
+    assert "attnbook.mha" in imported("attnbook.transformer", TREES["attnbook.transformer"].body)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_function_is_longer_than_80_lines_of_code(name):
+    long = []
+    for node in ast.walk(TREES[name]):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str) and len(body) > 1:
+                body = body[1:]                                       # the docstring aside
+            lines = node.end_lineno - body[0].lineno + 1
+            if lines > MAX_LINES:
+                long.append(f"{node.name} (line {node.lineno}): {lines} lines")
+    assert not long, f"{name}: split {', '.join(long)} into functions of at most {MAX_LINES}"
+
+
+def test_no_import_cycle():
+    """Between the modules' top-level imports: Python imports them when the module is imported.
+    (A function may import later, when it runs: ``MultiHeadAttention.load_from_torch`` reaches the
+    weight bridge in ``torch_twins``, which imports ``mha``, that way.)"""
+    graph = {name: imported(name, tree.body) for name, tree in TREES.items()}
+    state = {}
+
+    def visit(name, path):
+        state[name] = "open"
+        for dep in sorted(graph[name]):
+            if state.get(dep) == "open":
+                pytest.fail("import cycle: " + " -> ".join(path[path.index(dep):] + [dep]))
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_imports_a_command_module(name):
+    """Anywhere in the module, inside functions too."""
+    bad = imported(name, ast.walk(TREES[name])) & COMMANDS
+    assert not bad, (f"{name} imports the command module(s) {sorted(bad)}; move what it needs "
+                     "into a library module")
+
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+# Notebooks that still import a command module, and what from: these names are to move into
+# library modules (and the notebooks' imports with them). The list may only shrink.
+STILL_IMPORTING_COMMANDS = {
+    "04_scaled_dot_product.ipynb": {"attnbook.score_scales"},
+    "05_multi_head_attention.ipynb": {"attnbook.ablations"},
+    "07_positional_encoding.ipynb": {"attnbook.ablations"},
+    "09_training.ipynb": {"attnbook.ablations", "attnbook.evaluate", "attnbook.train"},
+    "appendix_ablations.ipynb": {"attnbook.ablations"},
+    "appendix_performance.ipynb": {"attnbook.benchmarks"},
+}
+
+
+def test_notebooks_import_no_new_command_module():
+    import json
+    found = {}
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!")))
+        names = set()
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+        if names & COMMANDS:
+            found[path.name] = names & COMMANDS
+    assert found == STILL_IMPORTING_COMMANDS

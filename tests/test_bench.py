@@ -66,7 +66,7 @@ import sys
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnbook import benchmarks
+from attnbook import bench_suite, benchmarks
 from attnbook.batching import translation_loss
 from attnbook.transformer import TransformerConfig
 
@@ -78,8 +78,8 @@ def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
                           "--threads", "1", "--out", str(tmp_path), "--note", "test"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    results = benchmarks.load_results(tmp_path)
-    assert set(results) == {"cpu"} and set(results["cpu"]) == set(benchmarks.SECTIONS)
+    results = bench_suite.load_results(tmp_path)
+    assert set(results) == {"cpu"} and set(results["cpu"]) == set(bench_suite.SECTIONS)
     for section, res in results["cpu"].items():
         assert (tmp_path / "cpu" / f"{section}.png").stat().st_size > 10_000
         assert res["benchmark"] == section and res["quick"] is True and res["note"] == "test"
@@ -110,7 +110,7 @@ def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
     assert all(s["same_output"] for s in dec["speedup"])           # the cache changes nothing
     rec = results["cpu"]["recurrence"]
     assert {r["length"] for r in rec["results"]} == set(rec["settings"]["lengths"])
-    assert {g["status"] for g in benchmarks.goals(results)} <= {"met", "missed", "unmeasured"}
+    assert {g["status"] for g in bench_suite.goals(results)} <= {"met", "missed", "unmeasured"}
 
 
 def test_out_folder_named_after_the_device_is_used_as_is(tmp_path):
@@ -132,12 +132,12 @@ def test_flop_count_by_hand_for_a_tiny_config():
     per_tgt = 4 * 32 + 2 * 32 + 128 + 80                                    # 400
     # attention, B = 1, S = 2, T = 3: q k^T and weights @ v, each 2 * (rows * cols * d)
     attention = 2 * (2 * 2 * 2 * 4) + 2 * (2 * 3 * 3 * 4) + 2 * (2 * 3 * 2 * 4)   # 64 + 144 + 96
-    flops = benchmarks.transformer_flops(cfg, B=1, S=2, T=3)
+    flops = bench_suite.transformer_flops(cfg, B=1, S=2, T=3)
     assert flops["forward"] == 2 * per_src + 3 * per_tgt + attention == 2144
     assert flops["training"] == 3 * 2144
-    assert benchmarks.matmul_params(cfg) == (4 * 16 + 2 * 32) + (8 * 16 + 2 * 32) + 10 * 4 == 360
+    assert bench_suite.matmul_params(cfg) == (4 * 16 + 2 * 32) + (8 * 16 + 2 * 32) + 10 * 4 == 360
     # with S = T: 6 N per target token, plus 36 L d T for the three attentions
-    assert benchmarks.transformer_flops(cfg, B=5, S=3, T=3)["training_per_target_token"] == \
+    assert bench_suite.transformer_flops(cfg, B=5, S=3, T=3)["training_per_target_token"] == \
         6 * 360 + 36 * 1 * 4 * 3
 
 
@@ -147,9 +147,9 @@ def test_flop_count_matches_pytorchs_flop_counter(norm_first):
     attention's q k^T and weights @ v too. Tolerance 1%: both count only matmuls, so they agree."""
     cfg = TransformerConfig(vocab_size=50, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0,
                             norm_first=norm_first)
-    book, _ = benchmarks.twin_models(cfg)
-    b = benchmarks.random_batch(3, 7, 5, 50)
-    flops = benchmarks.transformer_flops(cfg, B=3, S=7, T=5)
+    book, _ = bench_suite.twin_models(cfg)
+    b = bench_suite.random_batch(3, 7, 5, 50)
+    flops = bench_suite.transformer_flops(cfg, B=3, S=7, T=5)
     with sdpa_kernel(SDPBackend.MATH):
         with FlopCounterMode(display=False) as fwd, torch.no_grad():
             book(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])
@@ -163,10 +163,10 @@ def test_flop_count_matches_pytorchs_flop_counter(norm_first):
 def test_book_and_torch_transformer_in_the_throughput_benchmark_compute_the_same(norm_first):
     cfg = TransformerConfig(vocab_size=60, d_model=16, h=4, d_ff=32, n_layers=2, dropout=0.0,
                             norm_first=norm_first)
-    book, ref = benchmarks.twin_models(cfg)
+    book, ref = bench_suite.twin_models(cfg)
     book, ref = book.double(), ref.double()
-    assert benchmarks.count_parameters(book) == benchmarks.count_parameters(ref)
-    b = benchmarks.random_batch(3, 7, 5, 60, seed=1)
+    assert bench_suite.count_parameters(book) == bench_suite.count_parameters(ref)
+    b = bench_suite.random_batch(3, 7, 5, 60, seed=1)
     b["src_mask"][1, 4:] = b["tgt_mask"][2, 3:] = False                    # some padding
     b["src"][~b["src_mask"]] = b["tgt_out"][~b["tgt_mask"]] = 0
 
@@ -187,7 +187,7 @@ def test_book_and_torch_transformer_in_the_throughput_benchmark_compute_the_same
 
 
 def test_gpu_peak_table():
-    peak = benchmarks.gpu_peak_flops
+    peak = bench_suite.gpu_peak_flops
     assert peak("NVIDIA H100 80GB HBM3", "bf16") == 989e12
     assert peak("NVIDIA H200", "bf16") == 989e12
     assert peak("NVIDIA H100 PCIe", "bf16") == 756e12
@@ -195,7 +195,7 @@ def test_gpu_peak_table():
     assert peak("NVIDIA L40S", "bf16") == 362e12                        # not the L4's 121
     assert peak("NVIDIA H100 80GB HBM3", "fp32") == 67e12
     assert peak("Some Future GPU", "bf16") is None and peak(None, "bf16") is None
-    assert benchmarks.peak_flops(torch.device("cpu"), "fp32")[0] is None
+    assert bench_suite.peak_flops(torch.device("cpu"), "fp32")[0] is None
 
 
 def test_goals_are_judged_from_the_results():
@@ -210,7 +210,7 @@ def test_goals_are_judged_from_the_results():
         return {"speedup": [{"method": "greedy", "cached_speedup": greedy},
                             {"method": "beam 4", "cached_speedup": beam}]}
 
-    status = lambda results: [g["status"] for g in benchmarks.goals(results)]   # noqa: E731
+    status = lambda results: [g["status"] for g in bench_suite.goals(results)]   # noqa: E731
     assert status({}) == ["unmeasured"] * 5
     cpu = {"training": training("cpu", "small", "fp32, eager", 0.9), "decoding": decoding(4, 2.5)}
     assert status({"cpu": cpu}) == ["missed", "unmeasured", "unmeasured", "missed", "unmeasured"]

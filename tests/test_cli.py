@@ -273,18 +273,17 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 
 # ---- every command: a bad option is one line and exit status 2 ---------------------------------
 
-# Every module run as `python -m attnbook.X`. benchmarks is left out: it is still on plain
-# argparse (a usage block, not one line; another branch converts it) -- add it here then.
-COMMANDS = ["ablations", "beyond_runs", "data", "diagrams", "evaluate", "exercise_runs",
-            "experiments", "explorer", "head_ablation", "homework", "score_scales", "toy_seeds",
-            "train", "translate"]
+# Every module run as `python -m attnbook.X`.
+COMMANDS = ["ablations", "benchmarks", "beyond_runs", "data", "diagrams", "evaluate",
+            "exercise_runs", "experiments", "explorer", "gpu_run", "head_ablation", "homework",
+            "score_scales", "toy_seeds", "train", "translate"]
 
 
 def test_the_list_of_commands_is_every_module_run_as_a_command():
     src = Path(__file__).resolve().parents[1] / "src" / "attnbook"
     found = {p.stem for p in src.glob("*.py") if '__name__ == "__main__"' in p.read_text()}
     found |= {p.parent.name for p in src.glob("*/__main__.py")}        # packages: attnbook.data
-    assert found - {"benchmarks"} == set(COMMANDS)
+    assert found == set(COMMANDS)
 
 
 @pytest.mark.parametrize("name", COMMANDS)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attnbook import gpu_run
-from attnbook.benchmarks import SECTIONS
+from attnbook.bench_suite import SECTIONS
 from attnbook.bench_attention import bench_attention
 from attnbook.recipe import preset
 

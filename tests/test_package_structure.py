@@ -3,8 +3,7 @@ no import cycle, and the commands kept apart from the library.
 
 A *command module* is one whose ``main()`` runs under ``if __name__ == "__main__"`` (``python -m
 attnbook.X``; for the package ``attnbook.data``, its ``__main__.py``). Commands may import the
-library; no module imports a command module (benchmarks aside: it imports bench_attention and
-bench_models, which are library modules)."""
+library; no module imports a command module."""
 import ast
 from pathlib import Path
 
@@ -116,7 +115,6 @@ STILL_IMPORTING_COMMANDS = {
     "07_positional_encoding.ipynb": {"attnbook.ablations"},
     "09_training.ipynb": {"attnbook.ablations", "attnbook.evaluate", "attnbook.train"},
     "appendix_ablations.ipynb": {"attnbook.ablations"},
-    "appendix_performance.ipynb": {"attnbook.benchmarks"},
 }
 
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from .benchmarks import save_plot
+from .bench_suite import save_plot
 from .bleu import bleu
 from .cli import Parser, fail
 from .data import SPLITS, DataError, locate, load_multi30k
@@ -61,7 +61,7 @@ from .plotting import OKABE_ITO, use_book_style
 from .recipe import ConfigError, check_config, flatten, override, preset
 from .runs import RunError, load_run
 from .tokenizer import multi30k_tokenizer
-from .train import train
+from .training import train
 from .utils import get_device, versions
 
 ROOT = Path(__file__).resolve().parents[2]

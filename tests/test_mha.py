@@ -132,3 +132,23 @@ def test_key_width_apart_from_value_width():
         MultiHeadAttention(d_model, h, d_k=0)
     with pytest.raises(ValueError, match="d_k = d_model / h"):
         m.load_from_torch(nn.MultiheadAttention(d_model, h, batch_first=True))
+
+
+def test_recording_keeps_the_weights_inside_the_block_and_clears_them_after():
+    from attnbook.mha import MultiHeadAttention, attention_modules, recording
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(MultiHeadAttention(8, 2), MultiHeadAttention(8, 2))
+    x = torch.randn(3, 5, 8)                                        # (B, T, d_model)
+    mods = attention_modules(model)
+    assert list(mods) == ["0", "1"]
+    with recording(mods):
+        model[0](x)
+        w, key_mask = mods["0"].last
+        assert w.shape == (3, 2, 5, 5) and key_mask is None
+        assert torch.allclose(w.sum(-1), torch.ones(3, 2, 5))     # each row a distribution
+        assert mods["1"].last is None                               # not run yet
+    assert all(not m.record and m.last is None for m in mods.values())
+    with pytest.raises(ValueError):
+        with recording(mods):
+            model[0](torch.randn(3, 5, 7))                          # a wrong width
+    assert all(not m.record and m.last is None for m in mods.values())

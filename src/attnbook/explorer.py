@@ -52,7 +52,7 @@ from .bleu import bleu_score
 from .cli import Parser, UsageError, add_common, apply_common, fail
 from .data import DataError, load_multi30k
 from .decoding import beam_search
-from .mha import MultiHeadAttention
+from .mha import attention_modules, recording
 from .rnn import Seq2Seq
 from .runs import RunError, load_run
 
@@ -107,10 +107,7 @@ def record(model, src: list[int], hyp: list[int]) -> dict:
         _, w = model(s, torch.ones_like(s, dtype=torch.bool), t,
                      return_attention=True)                              # w: (1, n + 1, S)
         return {"cross": [[_rows(w[0].float().cpu())]]}                  # one layer, one head
-    mods = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
-    for m in mods.values():
-        m.record, m.last = True, None
-    try:
+    with recording(attention_modules(model)) as mods:
         model(s, torch.ones_like(s, dtype=torch.bool), t, torch.ones_like(t, dtype=torch.bool))
         out = {}
         for kind, (_, pattern, _, _) in KINDS.items():
@@ -120,9 +117,6 @@ def record(model, src: list[int], hyp: list[int]) -> dict:
                 layers.append([_rows(head) for head in w])
             out[kind] = layers
         return out
-    finally:
-        for m in mods.values():
-            m.record, m.last = False, None
 
 
 def build(model, tok, cfg, pairs: list, picks: list[int], beam_size: int = BEAM) -> list[dict]:

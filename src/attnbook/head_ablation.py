@@ -48,7 +48,7 @@ from .bleu import bleu
 from .cli import Parser, UsageError, add_common, apply_common, fail
 from .data import DataError, load_multi30k
 from .decoding import translate
-from .mha import MultiHeadAttention
+from .mha import MultiHeadAttention, recording
 from .plotting import OKABE_ITO, use_book_style
 from .recipe import forward_logits
 from .runs import RunError, load_run
@@ -129,9 +129,7 @@ def heatmap_stats(model, batches: TranslationBatches, device) -> dict:
     sums = {key: torch.zeros(len(STATS), m.h, dtype=torch.float64) for key, m in mods.items()}
     rows = {key: 0 for key in mods}
     model.eval()
-    for m in mods.values():
-        m.record = True
-    try:
+    with recording(mods):
         for batch in batches:
             b = batch.to(device)
             forward_logits(model, b)
@@ -154,10 +152,6 @@ def heatmap_stats(model, batches: TranslationBatches, device) -> dict:
                 real = q_mask[:, None, :].to(w.dtype)                         # (B, 1, T)
                 sums[kind, layer] += (per_row * real).sum((1, 3)).cpu()
                 rows[kind, layer] += int(q_mask.sum())
-                m.last = None
-    finally:
-        for m in mods.values():
-            m.record, m.last = False, None
     return {key: {s: [round(float(v), 4) for v in sums[key][i] / rows[key]]
                   for i, s in enumerate(STATS)} for key in mods}
 

@@ -17,6 +17,8 @@ True at real key tokens; ``causal=True`` additionally hides future positions fro
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -120,3 +122,25 @@ class MultiHeadAttention(nn.Module):
         not at the top: torch_twins imports this module)."""
         from .torch_twins import attention_from_torch
         return attention_from_torch(self, mha)
+
+
+def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
+    """Every MultiHeadAttention of ``model`` by its module name ("encoder.0.self_attn", ...)."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+
+
+@contextlib.contextmanager
+def recording(modules):
+    """The one way the book captures attention weights: inside ``with recording(mods):`` every
+    module of ``mods`` (a dict or list of MultiHeadAttention, e.g. :func:`attention_modules`)
+    keeps ``m.last = (weights (B, h, T, S), key_mask (B, S) or None)`` of its latest forward
+    pass. Recording computes attention from scratch (the fused kernel returns no weights); on
+    leaving the block it stops and ``last`` is cleared, even after an error."""
+    mods = list(modules.values() if isinstance(modules, dict) else modules)
+    for m in mods:
+        m.record, m.last = True, None
+    try:
+        yield modules
+    finally:
+        for m in mods:
+            m.record, m.last = False, None

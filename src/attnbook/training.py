@@ -30,7 +30,7 @@ import torch
 from .batching import TranslationBatches, translation_loss
 from .bleu import bleu_score
 from .data import load_multi30k
-from .mha import MultiHeadAttention
+from .mha import attention_modules, recording
 from .recipe import TrainConfig, build_model, forward_logits
 from .rnn import Seq2Seq
 from .runs import check_resumable, load_checkpoint, save_checkpoint, trim_log
@@ -71,30 +71,24 @@ def attention_entropy(model, b) -> dict:
     batch ``b``, averaged over heads and real query positions: {module name: entropy}. Uniform
     weights over n keys give ln n; a one-hot row gives 0 (Zhai et al., 2023: "entropy
     collapse"). Empty for models without multi-head attention (the GRUs)."""
-    mods = {n: m for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+    mods = attention_modules(model)
     if not mods:
         return {}
     was_training = model.training
     model.eval()
-    for m in mods.values():
-        m.record = True
-    try:
-        forward_logits(model, b)
-    finally:
-        for m in mods.values():
-            m.record = False
     out = {}
-    for name, m in mods.items():
-        w, key_mask = m.last                                     # (B, h, T, S), (B, S)
-        m.last = None
-        ent = -torch.special.xlogy(w, w).sum(-1).mean(1)         # (B, T): per query position
-        if "cross" in name:
-            rows = b.tgt_mask                                    # queries: target positions
-        elif key_mask is not None and key_mask.shape == ent.shape:
-            rows = key_mask                                      # self-attention: queries = keys
-        else:
-            rows = torch.ones_like(ent, dtype=torch.bool)
-        out[name] = round(float(ent[rows].mean()), 4)
+    with recording(mods):
+        forward_logits(model, b)
+        for name, m in mods.items():
+            w, key_mask = m.last                                 # (B, h, T, S), (B, S)
+            ent = -torch.special.xlogy(w, w).sum(-1).mean(1)     # (B, T): per query position
+            if "cross" in name:
+                rows = b.tgt_mask                                # queries: target positions
+            elif key_mask is not None and key_mask.shape == ent.shape:
+                rows = key_mask                                  # self-attention: queries = keys
+            else:
+                rows = torch.ones_like(ent, dtype=torch.bool)
+            out[name] = round(float(ent[rows].mean()), 4)
     model.train(was_training)
     return out
 

@@ -113,7 +113,7 @@ STILL_IMPORTING_COMMANDS = {
     "04_scaled_dot_product.ipynb": {"attnbook.score_scales"},
     "05_multi_head_attention.ipynb": {"attnbook.ablations"},
     "07_positional_encoding.ipynb": {"attnbook.ablations"},
-    "09_training.ipynb": {"attnbook.ablations", "attnbook.evaluate", "attnbook.train"},
+    "09_training.ipynb": {"attnbook.ablations"},
     "appendix_ablations.ipynb": {"attnbook.ablations"},
 }
 

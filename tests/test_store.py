@@ -1,0 +1,65 @@
+"""attnbook.store, the one results format: the record of a call, merge by key (a mismatch is one
+line and writes nothing), the loader."""
+import pytest
+
+from attnbook import store
+from attnbook.store import HEX40, Provenance, ResultError
+
+def test_record_measures_the_call():
+    with store.record("python -m attnbook run x --tiny", threads=1, note="n") as call:
+        sum(i * i for i in range(10 ** 5))
+    assert HEX40.fullmatch(call.git_commit) and call.threads == 1 and call.processes == 1
+    assert call.wall_s >= 0 and call.cpu_s >= 0 and len(call.load_before) == 3
+    assert call.hardware["torch"] and call.note == "n" and call.date[:2] == "20"
+
+
+def one(rows, command="c", settings=None):
+    call = Provenance(command=command, git_commit="0" * 40, date="d", hardware={})
+    return store.result("toy", {"settings": settings or {"a": 1}, "runs": rows}, call)
+
+
+def test_merge_replaces_by_key_keeps_the_rest_and_appends_the_call():
+    old = one([{"name": "x", "seed": 0, "v": 1}, {"name": "x", "seed": 1, "v": 2}], "first")
+    new = one([{"name": "x", "seed": 1, "v": 5}, {"name": "y", "seed": 0, "v": 7}], "second")
+    out = store.merge(old, new, "runs", by=("name", "seed"), same=("settings",))
+    assert [(r["name"], r["seed"], r["v"]) for r in out["runs"]] == [("x", 0, 1), ("x", 1, 5),
+                                                                     ("y", 0, 7)]
+    assert [c["command"] for c in out["calls"]] == ["first", "second"]
+    assert out["calls"][1]["rows"] == ["x/1", "y/0"]
+    assert old["runs"][1]["v"] == 2                     # the old result is not changed
+
+
+def test_merge_by_dict_keys_and_by_parts():
+    old = {**one([]), "parts": {"a": 1, "b": 2}, "p": {"k": 1}, "q": {"k": 2}}
+    new = {**one([]), "parts": {"b": 3}, "q": {"k": 4}}
+    assert store.merge(old, new, "parts")["parts"] == {"a": 1, "b": 3}
+    out = store.merge(old, new, "", by=("p", "q"))
+    assert out["p"] == {"k": 1} and out["q"] == {"k": 4} and out["calls"][1]["rows"] == ["q"]
+
+
+def test_merge_refuses_other_settings_in_one_line_and_writes_nothing(tmp_path, capsys):
+    path = store.write(tmp_path / "r.json", one([{"name": "x", "seed": 0}]))
+    before = path.read_text()
+    with pytest.raises(ResultError) as e:
+        store.merge(store.read(path), one([], settings={"a": 2}), "runs", by=("name", "seed"),
+                    same=("settings",))
+    assert "\n" not in str(e.value) and "settings differ" in str(e.value)
+    assert path.read_text() == before
+    with pytest.raises(ResultError, match="convert it first"):
+        store.merge({"runs": []}, one([]), "runs", by=("name",))
+
+
+def test_load_gives_the_data_the_calls_and_the_rebuild_command(tmp_path, monkeypatch):
+    res = store.merge(one([{"name": "x", "seed": 0}], "python -m a"),
+                      one([{"name": "y", "seed": 0}], "python -m b"), "runs", by=("name", "seed"))
+    store.write(tmp_path / "results" / "cpu" / "r.json", res)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    r = store.load("cpu/r.json")
+    assert r["runs"][1]["name"] == "y" and "calls" not in r and r.experiment == "toy"
+    assert r.rebuild == "python -m a\npython -m b" and r.calls[0].git_commit == "0" * 40
+    with pytest.raises(ResultError, match="results/cpu/none.json not found"):
+        store.load("cpu/none.json")
+    (tmp_path / "results" / "cpu" / "old.json").write_text('{"command": "x"}')
+    with pytest.raises(ResultError, match="not in the results format"):
+        store.load("cpu/old.json")

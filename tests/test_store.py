@@ -1,9 +1,30 @@
 """attnbook.store, the one results format: the record of a call, merge by key (a mismatch is one
-line and writes nothing), the loader."""
+line and writes nothing), the loader; attnbook.convert, the old files re-expressed without a
+number changed; and every file under results/ carrying the provenance record."""
+import json
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from attnbook import store
-from attnbook.store import HEX40, Provenance, ResultError
+from attnbook.convert import EXPERIMENT_OF, convert, split
+from attnbook.store import FORMAT, HEX40, Provenance, ResultError
+
+ROOT = Path(__file__).resolve().parents[1]
+CONVERTED_FROM = "91add26"      # the commit before the files were converted
+
+
+def leaves(o):
+    if isinstance(o, dict):
+        for v in o.values():
+            yield from leaves(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from leaves(v)
+    else:
+        yield o
+
 
 def test_record_measures_the_call():
     with store.record("python -m attnbook run x --tiny", threads=1, note="n") as call:
@@ -63,3 +84,40 @@ def test_load_gives_the_data_the_calls_and_the_rebuild_command(tmp_path, monkeyp
     (tmp_path / "results" / "cpu" / "old.json").write_text('{"command": "x"}')
     with pytest.raises(ResultError, match="not in the results format"):
         store.load("cpu/old.json")
+
+
+def old_version(relative: str) -> dict | None:
+    try:
+        text = subprocess.run(["git", "-C", str(ROOT), "show",
+                               f"{CONVERTED_FROM}:results/{relative}"], capture_output=True,
+                              text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("relative", sorted(EXPERIMENT_OF))
+def test_conversion_keeps_every_number(relative):
+    """The file as committed before the conversion, and as it is now: the data keys are equal,
+    and every value of the old file (the provenance's too) is found in the new one."""
+    old = old_version(relative)
+    if old is None:
+        pytest.skip("no git history here")
+    now = json.loads((ROOT / "results" / relative).read_text())
+    data, _ = split(old)
+    assert {k: v for k, v in now.items() if k not in ("experiment", "format", "calls")} == data
+    assert set(map(json.dumps, leaves(old))) <= set(map(json.dumps, leaves(now)))
+    assert convert(now, relative) is now               # converting again changes nothing
+
+
+def test_every_result_file_carries_the_provenance_record():
+    files = sorted((ROOT / "results").rglob("*.json"))
+    assert {f.relative_to(ROOT / "results").as_posix() for f in files} >= set(EXPERIMENT_OF)
+    for f in files:
+        res = json.loads(f.read_text())
+        assert res["format"] == FORMAT and res["experiment"], f
+        for call in res["calls"]:
+            p = Provenance.from_dict(call)
+            assert HEX40.fullmatch(p.git_commit), (f, p.command)
+            assert p.command.startswith(("python -m attnbook", "torchrun")) and p.date and \
+                p.hardware["torch"], f

@@ -90,7 +90,7 @@ def _run_all(kinds, root, args, p) -> None:
             print(f"[{kind}] {section} -> {out / (section + '.json')}", flush=True)
             res = run_section(section, torch.device(kind), out, args.quick, args.note,
                               not args.no_plots, args.short)
-            print(f"[{kind}] {section}: {res['wall_time_s']} s", flush=True)
+            print(f"[{kind}] {section}: {res['calls'][-1]['wall_s']} s", flush=True)
 
 
 if __name__ == "__main__":

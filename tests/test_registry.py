@@ -46,9 +46,12 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
     (["run", "sweep", "--seeds", "0"], "sweep takes no seeds"),
     (["run", "sweep", "--only", "x"], "sweep has no parts to run alone"),
     (["run", "gpu_run", "--tiny"], "gpu_run has no tiny run"),
+    (["run", "toy_seeds", "--seeds", "0"], "--seeds without --only would replace "
+                                           "results/cpu/toy_seeds.json"),
     (["run"], "give an experiment's NAME, or --list"),
 ])
-def test_mistakes_are_one_line(argv, message, capsys):
+def test_mistakes_are_one_line(argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)                     # where results/ is
     try:
         status = main(argv)
     except SystemExit as e:
@@ -67,9 +70,12 @@ def tiny(name: str, out: str = "tiny", *more) -> dict:
 
 
 def check(result: dict, name: str, command: str) -> None:
+    """The result of experiment ``name``, its last call recorded as typed (python -m attnbook
+    run ...), with the experiment's own ``command`` that it ran."""
     assert result["experiment"] == name and result["format"] == store.FORMAT
     call = store.Provenance.from_dict(result["calls"][-1])
-    assert store.HEX40.fullmatch(call.git_commit) and call.command.startswith(command)
+    assert call.command.startswith(f"python -m attnbook run {name} --tiny --out tiny")
+    assert store.HEX40.fullmatch(call.git_commit) and call.extra["ran"].startswith(command)
     assert call.wall_s >= 0 and call.cpu_s >= 0 and call.hardware["torch"] and call.date
 
 

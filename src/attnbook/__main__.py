@@ -16,12 +16,14 @@ Mistakes are one line ``error: ...`` and exit status 2.
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 from pathlib import Path
 
 from .cli import Parser, fail
 from .convert import EXPERIMENT_OF, convert_file
 from .registry import EXPERIMENTS, run
+from . import store
 from .store import ResultError, find
 
 def commands() -> list[str]:
@@ -80,16 +82,25 @@ def run_command(argv: list[str]) -> int:
         cmd = e.argv(out, args.seeds, args.only)
     except ResultError as err:
         return fail(err)
+    made = [f"results/{r}" for r in e.result if find(r)]
+    if args.seeds and not (args.tiny or args.only) and made:
+        return fail(f"--seeds without --only would replace {', '.join(made)} (all of its rows); "
+                    "give --only KEY to redo or add a part, or move the file away first")
     seeds = args.seeds or e.seeds
     if "{seed}" in " ".join(cmd):                  # one call a seed (head_ablation_cpu_tiny)
         runs = [[a.replace("{seed}", str(s)) for a in cmd] for s in seeds]
     else:
         runs = [cmd]
-    for one in runs:
-        print(f"python -m attnbook.{e.module} {' '.join(one)}", flush=True)
-        status = run(e.name, one, out)
-        if status:
-            return status
+    # the records name the command as typed (store.record), the module's in their extra
+    store.AS_TYPED = shlex.join(["python", "-m", "attnbook", "run", *argv])
+    try:
+        for one in runs:
+            print(f"python -m attnbook.{e.module} {' '.join(one)}", flush=True)
+            status = run(e.name, one, out)
+            if status:
+                return status
+    finally:
+        store.AS_TYPED = ""
     if out:
         print(f"tiny run written under {out}")
     return 0

@@ -264,7 +264,7 @@ def run_section(section: str, device: torch.device, out: Path, quick: bool = Fal
     (:mod:`attnbook.store`: the call's provenance, with the other busy processes at the start
     and the end in its ``extra``); return the result. ``short`` (the GPU call's budget) changes
     the training benchmark only."""
-    command = command or " ".join(["python -m attnbook.benchmarks", *sys.argv[1:]])
+    command = command or store.command_line("attnbook.benchmarks", sys.argv[1:])
     with store.record(command, threads=torch.get_num_threads(), note=note) as call:
         call.extra["busy_processes"] = None if quick else busy_processes()
         res = RUNS[section](device, quick, short) if section == "training" else \

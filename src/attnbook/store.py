@@ -35,6 +35,7 @@ from .utils import versions
 
 FORMAT = "attnbook-result/1"
 ROOT = Path(__file__).resolve().parents[2]      # the repository, when attnbook runs from src/
+AS_TYPED = ""      # set by `python -m attnbook run`: the command as typed, recorded by record()
 
 
 class ResultError(ValueError):
@@ -103,12 +104,16 @@ def command_line(prog: str, argv) -> str:
 @contextmanager
 def record(command: str, *, threads: int | None = None, processes: int = 1, note: str = ""):
     """Measure a call: ``with record(cmd, threads=1) as call: ...``; afterwards ``call`` (a
-    :class:`Provenance`) has its wall and CPU time (children included) and the load after."""
+    :class:`Provenance`) has its wall and CPU time (children included) and the load after.
+    Under ``python -m attnbook run`` the record's command is that one, as typed, and ``command``
+    (the experiment's own command that it ran) is kept in ``extra["ran"]``."""
     commit, dirty = git_commit()
-    call = Provenance(command=command, git_commit=commit,
+    call = Provenance(command=AS_TYPED or command, git_commit=commit,
                       date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                       hardware=versions(), threads=threads or torch.get_num_threads(),
                       processes=processes, load_before=_load(), note=note)
+    if AS_TYPED:
+        call.extra["ran"] = command
     if dirty:
         call.extra["uncommitted_changes"] = True    # src/ differed from git_commit
     wall, cpu = time.perf_counter(), _cpu_seconds()

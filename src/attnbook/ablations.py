@@ -12,9 +12,10 @@ not depend on how busy the machine is. The baseline is exactly the leaderboard's
 
 Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
 validation cross-entropy without label smoothing; the paper reports both, and label smoothing
-"hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``; with
-``--merge`` it adds this call's variants to the file (replacing variants of the same name), and
-each variant names the call that made it (``calls``: command, date, hardware, wall time, note).
+"hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``
+(:mod:`attnbook.store`'s format); with ``--merge`` it merges this call's variants into the file
+by name (:func:`attnbook.store.merge`), and each variant's ``call`` is the index of the
+provenance record of the call that made it.
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ Four measurements, each against PyTorch's own modules and, where it is known, th
   sequence length grows: the parallelism argument of the paper.
 
 Each runs on the CPU and, when PyTorch sees one, on a CUDA GPU, and writes
-``OUT/<cpu|cuda>/<name>.json`` (hardware, versions, load, settings, wall time, every
-measurement) and ``OUT/<cpu|cuda>/<name>.png``. ``--quick`` runs tiny sizes in seconds (what the
+``OUT/<cpu|cuda>/<name>.json`` (:mod:`attnbook.store`'s format: settings and every
+measurement; hardware, versions, load and wall time in its provenance record) and ``OUT/<cpu|cuda>/<name>.png``. ``--quick`` runs tiny sizes in seconds (what the
 test suite runs). Whatever is compared is measured side by side: the training, decoding and
 recurrence variants run one after the other in every round (median and minimum reported), the
 attention implementations one after the other at each length (fastest of a few calls), so that

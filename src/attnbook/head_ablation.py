@@ -27,8 +27,8 @@ and its neighbours, for cross-attention the monotone alignment) and the mean wei
 first key (the sink: ``<s>`` in the decoder, the first piece in the encoder). Averages are over
 real query positions, padding excluded.
 
-Writes ``OUT`` (JSON: the command, hardware, threads, versions, wall and processor time; no
-absolute paths) and, with ``--figure``, a scatter plot of each head's loss increase against its
+Writes ``OUT`` (JSON in :mod:`attnbook.store`'s format: its provenance record has the command,
+git commit, hardware, threads, versions, wall and processor time; no absolute paths) and, with ``--figure``, a scatter plot of each head's loss increase against its
 entropy (SVG).
 """
 from __future__ import annotations

@@ -25,13 +25,14 @@ mean of the last 50 steps, as chapter 3 prints it), the loss in blocks of 50 ste
 time; for the models without attention the accuracy of each output position on 20-symbol sources
 (chapter 1's measurement), and for the attention models the statistics of their weights on
 chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`, or
-:func:`attnbook.toy.copy_alignment` for the copy task). The JSON also names the settings, the
-date, the hardware, the versions, the threads (1) and the wall time; chapters 1-3 load it.
+:func:`attnbook.toy.copy_alignment` for the copy task). The JSON (:mod:`attnbook.store`'s format)
+also names the settings, and its provenance record the command, git commit, date, hardware,
+versions, threads (1), wall and CPU time; chapters 1-3 load it.
 
-``--merge`` runs only the runs named by ``--runs`` and puts them into the existing JSON: its
-other runs, its timing and its top-level record of the call that made it stay as they were, and
-the merging call is recorded under ``"merged"`` (its command, date, hardware, versions, runs and
-times), so each run still names the call that made it:
+``--merge`` runs only the runs named by ``--runs`` and merges them into the existing JSON by
+(name, seed) (:func:`attnbook.store.merge`; other seeds or scale are a one-line error): its other
+runs and its timing stay as they were, and the merging call is appended to its ``calls`` with
+the runs it made, so each run still names the call that made it:
 
     python -m attnbook.toy_seeds --results results/cpu --runs copy --no-timing --merge
 """

@@ -79,8 +79,8 @@ def test_load_gives_the_data_the_calls_and_the_rebuild_command(tmp_path, monkeyp
     r = store.load("cpu/r.json")
     assert r["runs"][1]["name"] == "y" and "calls" not in r and r.experiment == "toy"
     assert r.rebuild == "python -m a\npython -m b" and r.calls[0].git_commit == "0" * 40
-    with pytest.raises(ResultError, match="results/cpu/none.json not found"):
-        store.load("cpu/none.json")
+    with pytest.raises(FileNotFoundError, match="results/cpu/none.json not found"):
+        store.load("cpu/none.json")                    # a MissingResult: a ResultError too
     (tmp_path / "results" / "cpu" / "old.json").write_text('{"command": "x"}')
     with pytest.raises(ResultError, match="not in the results format"):
         store.load("cpu/old.json")

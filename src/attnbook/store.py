@@ -42,6 +42,10 @@ class ResultError(ValueError):
     """A result file that cannot be used or merged; the message is one line: problem; fix."""
 
 
+class MissingResult(ResultError, FileNotFoundError):
+    """A result file that does not exist."""
+
+
 @dataclass
 class Provenance:
     """How one call made (part of) a result file."""
@@ -228,7 +232,7 @@ def read(path: Path) -> dict:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ResultError(f"no result file {path}; make it with `python -m attnbook run "
+        raise MissingResult(f"no result file {path}; make it with `python -m attnbook run "
                           "NAME` (see `python -m attnbook run --list`)") from None
     except (OSError, ValueError) as e:
         raise ResultError(f"{path} is not a JSON result ({type(e).__name__}); restore it with "
@@ -240,7 +244,7 @@ def load(relative: str) -> Result:
     or a parent: how the notebooks load what a longer command measured."""
     path = find(relative)
     if path is None:
-        raise ResultError(f"results/{relative} not found: the book's pages show results committed "
+        raise MissingResult(f"results/{relative} not found: the book's pages show results committed "
                           "in its repository; open the notebook from a clone of the repository, "
                           "or make it (`python -m attnbook run --list` names the command)")
     return Result(read(path), path)

@@ -243,6 +243,13 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
     assert merged["variants"][0] == res["variants"][0] and merged["variants"][2] == res["variants"][1]
     assert merged["train_time_s_sum"] == pytest.approx(
         sum(r["train_time_s"] for v in merged["variants"] for r in v["runs"]), abs=0.2)
+    # another test set: one line, exit status 2, before anything is trained; the file untouched
+    before = (tmp_path / "results" / "ablations.json").read_text()
+    assert ablations.main(["--out", "abl", "--results", "results", "--variants", "d-k-8",
+                           "--seeds", "0", "--steps", "3", "--sentences", "5", "--jobs", "1",
+                           "--merge"]) == 2
+    assert not list((tmp_path / "abl").glob("d-k-8*"))
+    assert (tmp_path / "results" / "ablations.json").read_text() == before
 
 
 def test_ablations_merge_replaces_by_variant_and_refuses_another_setting():

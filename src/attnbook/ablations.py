@@ -205,6 +205,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps:
         jobs = [(n, replace(c, max_steps=args.steps, snapshot_steps=(), eval_every=args.steps),
                  f.parent / f"{f.name}_test{args.steps}") for n, c, f in jobs]
+    test_set = load_multi30k("test_2016_flickr", data_dir=args.data_dir)[:args.sentences or None]
+    test_set = f"test_2016_flickr ({len(test_set)} sentences)"
+    target = args.results / "ablations.json" if args.results else None
+    old = None
+    if args.merge and target and target.is_file():       # refused before anything is trained
+        try:
+            old = store.read(target)
+            if (old.get("preset"), old.get("test_set")) != ("cpu-tiny", test_set):
+                raise store.ResultError(
+                    f"{target} holds preset {old.get('preset')!r} on {old.get('test_set')!r}, "
+                    f"this call cpu-tiny on {test_set!r}; give the file's --sentences, or write "
+                    "to another --results folder")
+        except store.ResultError as e:
+            return fail(e)
     with store.record(store.command_line("attnbook.ablations", argv), threads=args.threads,
                       processes=args.jobs, note=args.note) as call:
         start = time.perf_counter()
@@ -219,17 +233,15 @@ def main(argv: list[str] | None = None) -> int:
                          args.data_dir, args.sentences, str(get_device(args.device)))
         call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
     call.hardware["cpu_threads"] = args.threads
-    test_set = load_multi30k("test_2016_flickr", data_dir=args.data_dir)[:args.sentences or None]
     result = store.result("ablations", {
-        "preset": "cpu-tiny", "test_set": f"test_2016_flickr ({len(test_set)} sentences)",
+        "preset": "cpu-tiny", "test_set": test_set,
         "decoding": "beam 4, alpha 0.6",
         "perplexity": "exp(validation cross-entropy per target token, no label smoothing)",
         "train_time_s_sum": round(sum(r["train_time_s"] for r in runs), 1),
         "variants": [dict(v, call=0) for v in variant_table(args.variants, jobs, runs)]}, call)
-    target = args.results / "ablations.json"
-    if args.merge and target.is_file():
+    if old is not None:
         try:
-            result = merge(store.read(target), result)
+            result = merge(old, result)
         except store.ResultError as e:
             return fail(e)
     store.write(target, result)

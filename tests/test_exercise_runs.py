@@ -109,6 +109,15 @@ def test_bad_options_are_one_line_and_exit_status_2(capsys, args, message):
     assert message in err and "see `python -m attnbook.exercise_runs --help`" in err
 
 
+def test_another_scale_is_refused_in_one_line_before_it_runs(written, tmp_path, capsys):
+    (tmp_path / "exercises.json").write_text((written / "exercises.json").read_text())
+    before = (tmp_path / "exercises.json").read_text()
+    assert exercise_runs.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "tiny-scale entries" in err
+    assert (tmp_path / "exercises.json").read_text() == before
+
+
 def test_a_damaged_results_file_is_one_line_and_exit_status_2(capsys, tmp_path):
     (tmp_path / "exercises.json").write_text("{not json")
     assert exercise_runs.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2

@@ -425,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         old = store.read(out) if out.is_file() else None
     except store.ResultError as e:
         return fail(e)
+    scale = "tiny" if args.tiny else "full"
+    other = {ex.get("scale") for ex in (old or {}).get("exercises", {}).values()} - {scale}
+    if other:                                        # refused before anything runs
+        return fail(f"{out} holds {', '.join(sorted(map(str, other)))}-scale entries, this call "
+                    f"is {scale}; give the file's scale (--tiny or not), or another --results")
     command = store.command_line("attnbook.exercise_runs", sys.argv[1:] if argv is None else argv)
     names = args.only or list(EXPERIMENTS)
     entries = {}

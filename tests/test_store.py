@@ -12,7 +12,7 @@ from attnbook.convert import EXPERIMENT_OF, convert, split
 from attnbook.store import FORMAT, HEX40, Provenance, ResultError
 
 ROOT = Path(__file__).resolve().parents[1]
-CONVERTED_FROM = "91add26"      # the commit before the files were converted
+CONVERTED_FROM = "91add26eb00cc1611986444edb283e5d5b85cc23"  # before the conversion
 
 
 def leaves(o):

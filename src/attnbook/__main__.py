@@ -57,12 +57,16 @@ def convert_all() -> int:
 def run_command(argv: list[str]) -> int:
     p = Parser(prog="python -m attnbook run",
                description="Run a named experiment of the book (see --list).")
-    p.add_argument("name", nargs="?", choices=sorted(EXPERIMENTS), metavar="NAME")
+    p.add_argument("name", nargs="?", choices=sorted(EXPERIMENTS), metavar="NAME",
+                   help="the experiment: " + ", ".join(EXPERIMENTS))
     p.add_argument("--list", action="store_true", help="list the experiments, files and costs")
-    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                   help="other seeds than the experiment's (default 0 1 2); on an existing "
+                        "result only with --only or --tiny")
     p.add_argument("--only", metavar="KEY", help="run one part (merged by key into the file)")
     p.add_argument("--tiny", action="store_true", help="a tiny run (seconds; the tests)")
-    p.add_argument("--out", help="with --tiny: the folder to write into (default: a new one)")
+    p.add_argument("--out", help="with --tiny: the folder to write into, relative to the "
+                                 "repository (default runs/tiny/NAME)")
     p.add_argument("--convert", action="store_true",
                    help="rewrite the old result files in the one format (no retraining)")
     args = p.parse_args(argv)

@@ -121,3 +121,15 @@ def test_every_result_file_carries_the_provenance_record():
             assert HEX40.fullmatch(p.git_commit), (f, p.command)
             assert p.command.startswith(("python -m attnbook", "torchrun")) and p.date and \
                 p.hardware["torch"], f
+
+
+def test_every_figure_under_results_carries_the_record_of_its_result():
+    """A figure (PNG or SVG) drawn from a result file has that file's provenance in its
+    metadata: results/cpu/head_ablation.svg, results/bench/cpu/*.png."""
+    figures = [f for f in (ROOT / "results").rglob("*") if f.suffix in (".png", ".svg")]
+    assert len(figures) >= 5
+    for f in figures:
+        carried = store.figure_provenance(f)
+        res = json.loads(f.with_suffix(".json").read_text())
+        assert carried == {k: res[k] for k in ("experiment", "format", "calls")}, f
+        assert all(HEX40.fullmatch(c["git_commit"]) for c in carried["calls"]), f

@@ -287,4 +287,4 @@ def save_plot(res: dict, out: Path) -> None:
     draw, size = PLOTS[res["benchmark"]]
     fig = Figure(figsize=size, layout="constrained")
     draw(res, fig)
-    fig.savefig(out / f"{res['benchmark']}.png", dpi=100)
+    fig.savefig(out / f"{res['benchmark']}.png", dpi=100, metadata=store.figure_metadata(res))

@@ -272,7 +272,7 @@ def figure(result: dict, path: Path) -> Path:
         ax.legend(loc="upper right")
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="svg", metadata={"Date": None})
+        fig.savefig(path, format="svg", metadata={"Date": None, **store.figure_metadata(result)})
     return path
 
 

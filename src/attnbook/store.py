@@ -25,6 +25,7 @@ import resource
 import shlex
 import subprocess
 import time
+import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -179,6 +180,49 @@ def merge(old: dict, new: dict, rows: str, by=(), same=()) -> dict:
     for c in calls:
         c["rows"] = made
     out["calls"] = [*old["calls"], *calls]
+    return out
+
+
+def figure_metadata(res: dict) -> dict:
+    """The metadata of a figure drawn from result ``res`` (matplotlib's ``savefig(metadata=)``):
+    its provenance record, as JSON, under "Description" (an SVG's dc:description, a PNG's text
+    chunk), so that a figure under results/ carries it too; {} for data without one."""
+    if "calls" not in res:
+        return {}
+    return {"Description": json.dumps({k: res[k] for k in ("experiment", "format", "calls")},
+                                      separators=(",", ":"))}
+
+
+def figure_provenance(path: Path) -> dict | None:
+    """The provenance record a figure written with :func:`figure_metadata` carries (PNG or SVG),
+    or None."""
+    path = Path(path)
+    if path.suffix == ".png":
+        text = _png_text(path.read_bytes()).get("Description")
+    else:
+        import html
+
+        found = re.search(r"<dc:description>(.*?)</dc:description>", path.read_text(), re.S)
+        text = html.unescape(found.group(1)) if found else None
+    return json.loads(text) if text else None
+
+
+def _png_text(data: bytes) -> dict:
+    """The text chunks (tEXt, zTXt, iTXt) of a PNG file's bytes, as {keyword: text}."""
+    out, i = {}, 8                                       # after the 8-byte signature
+    while i + 8 <= len(data):
+        n, kind = int.from_bytes(data[i:i + 4], "big"), data[i + 4:i + 8]
+        body = data[i + 8:i + 8 + n]
+        key, _, rest = body.partition(b"\0")
+        if kind == b"tEXt":
+            out[key.decode("latin-1")] = rest.decode("latin-1")
+        elif kind == b"zTXt":
+            out[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
+        elif kind == b"iTXt":
+            compressed, text = rest[0], rest[2:].split(b"\0", 2)[2]
+            out[key.decode("latin-1")] = (zlib.decompress(text) if compressed else text
+                                          ).decode("utf-8")
+        i += 12 + n
     return out
 
 

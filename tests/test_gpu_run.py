@@ -13,6 +13,7 @@ import torch
 
 from attnbook import gpu_run
 from attnbook.bench_suite import SECTIONS
+from attnbook.store import figure_provenance
 from attnbook.bench_attention import bench_attention
 from attnbook.recipe import preset
 
@@ -96,6 +97,7 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
         assert res["benchmark"] == section and res["short"] is True and res["quick"] is True
         assert res["calls"][0]["command"].startswith("python -m attnbook.benchmarks --only " + section)
     assert (out / "gpu_run.png").stat().st_size > 20_000
+    assert figure_provenance(out / "gpu_run.png")["calls"] == summary["calls"]
 
 
 def test_collect_copies_the_files_and_draws_the_benchmark_figures(dry_run, tmp_path):

@@ -417,7 +417,7 @@ def plot_candidates(summary: dict, path: Path) -> None:
         ax.set(xlabel=xlabel, ylabel="validation loss (nats per token)",
                title=f"Candidates trained at once on {device}")
     axes[1].legend(fontsize=8)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata=store.figure_metadata(summary))
 
 
 # --- before and after the call -----------------------------------------------------------------

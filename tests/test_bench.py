@@ -82,13 +82,15 @@ def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
     assert set(results) == {"cpu"} and set(results["cpu"]) == set(bench_suite.SECTIONS)
     for section, res in results["cpu"].items():
         assert (tmp_path / "cpu" / f"{section}.png").stat().st_size > 10_000
-        assert res["benchmark"] == section and res["quick"] is True and res["note"] == "test"
-        assert res["device"] == {"kind": "cpu", "name": res["environment"]["cpu"], "threads": 1}
-        env = res["environment"]
-        for key in ("python", "torch", "cpu", "cpu_count", "load_average", "date", "gpu"):
-            assert key in env
-        assert env["torch"] == torch.__version__ and len(env["load_average"]) == 3
-        assert 0 < res["wall_time_s"] < 300 and res["settings"]
+        (call,) = res.calls                       # the one provenance record (attnbook.store)
+        assert res["benchmark"] == section and res["quick"] is True and call.note == "test"
+        assert res["device"] == {"kind": "cpu", "name": call.hardware["cpu"], "threads": 1}
+        for key in ("python", "torch", "cpu", "cpu_count", "gpu"):
+            assert key in call.hardware
+        assert call.hardware["torch"] == torch.__version__ and len(call.load_before) == 3
+        assert len(call.git_commit) == 40 and call.date and call.threads == 1
+        assert call.command.startswith("python -m attnbook.benchmarks --quick")
+        assert 0 < call.wall_s < 300 and res["settings"]
     att = results["cpu"]["attention"]
     names = {r["name"] for r in att["results"]}
     assert {"book kernel", "F.scaled_dot_product_attention", "book MultiHeadAttention",
@@ -200,7 +202,7 @@ def test_gpu_peak_table():
 
 def test_goals_are_judged_from_the_results():
     def training(kind, config, variant, speedup, mfu=None, medians=None):
-        return {"environment": {"gpu": "NVIDIA H100 80GB HBM3" if kind == "cuda" else None},
+        return {"device": {"name": "NVIDIA H100 80GB HBM3" if kind == "cuda" else "AMD EPYC"},
                 "configs": [{"config": config,
                              "speedup": [{"variant": variant, "book_speedup_paired": speedup,
                                           "book_speedup": medians or speedup}],

@@ -210,12 +210,12 @@ def test_only_puts_one_part_into_the_file_and_keeps_the_others(tmp_path, capsys)
     assert beyond_runs.main([*tiny, "--only", "variants"]) == 0
     after = json.loads(out.read_text())
     assert after["reversal"] == before["reversal"]
-    assert {k: after[k] for k in ("command", "environment", "wall_time_s", "seeds")} == \
-        {k: before[k] for k in ("command", "environment", "wall_time_s", "seeds")}
+    assert after["calls"][0] == before["calls"][0] and after["seeds"] == before["seeds"]
+    assert [c["rows"] for c in after["calls"]] == [["reversal"], ["variants"]]
     variants = after["variants"]
     assert [(r["variant"], r["seed"]) for r in variants["runs"]] == \
         [(name, 0) for name in beyond_runs.VARIANTS]
-    assert variants["settings"]["steps"] == 2 and variants["call"]["command"].endswith(
+    assert variants["settings"]["steps"] == 2 and after["calls"][1]["command"].endswith(
         "--only variants")
     for r in variants["runs"]:
         assert len(r["exact"]) == len(beyond_runs.REVERSAL["lengths"])
@@ -227,4 +227,4 @@ def test_only_puts_one_part_into_the_file_and_keeps_the_others(tmp_path, capsys)
     out.write_text("{not json")
     assert beyond_runs.main([*tiny, "--only", "variants"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "not valid JSON" in err and out.read_text() == "{not json"
+    assert err.startswith("error: ") and "not a JSON result" in err and out.read_text() == "{not json"

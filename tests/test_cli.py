@@ -274,7 +274,7 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 # ---- every command: a bad option is one line and exit status 2 ---------------------------------
 
 # Every module run as `python -m attnbook.X`.
-COMMANDS = ["ablations", "benchmarks", "beyond_runs", "data", "diagrams", "evaluate",
+COMMANDS = ["__main__", "ablations", "benchmarks", "beyond_runs", "data", "diagrams", "evaluate",
             "exercise_runs", "experiments", "explorer", "gpu_run", "head_ablation", "homework",
             "score_scales", "toy_seeds", "train", "translate"]
 
@@ -300,4 +300,13 @@ def test_every_command_rejects_a_bad_option_in_one_line_with_status_2(name, caps
     assert rc == 2, (rc, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and err.endswith("\n"), err
     assert "--no-such-option" in err or "required" in err, err
-    assert f"see `python -m attnbook.{name}" in err, err
+    prog = "attnbook" if name == "__main__" else f"attnbook.{name}"    # python -m attnbook ...
+    assert f"see `python -m {prog}" in err, err
+
+
+def test_the_dispatcher_runs_every_command_by_name(capsys):
+    from attnbook.__main__ import commands, main
+    assert set(commands()) == set(COMMANDS) - {"__main__"}
+    with pytest.raises(SystemExit) as e:
+        main(["toy_seeds", "--no-such-option"])         # = python -m attnbook.toy_seeds ...
+    assert e.value.code == 2 and "see `python -m attnbook.toy_seeds" in capsys.readouterr().err

@@ -32,11 +32,12 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
     data = json.loads((written / "exercises.json").read_text())
     names = list(exercise_runs.EXPERIMENTS) if os.environ.get("MULTI30K_DIR") else NO_DATA
     assert list(data["exercises"]) == names
+    (call,) = data["calls"]                        # its provenance record (attnbook.store)
+    assert call["threads"] == 1 and call["rows"] == names and call["date"][:2] == "20"
+    assert call["command"].startswith("python -m attnbook.exercise_runs --results ")
+    assert {"torch", "python", "cpu"} <= set(call["hardware"]) and len(call["git_commit"]) == 40
     for name, ex in data["exercises"].items():
-        assert ex["scale"] == "tiny" and ex["threads"] == 1
-        assert ex["wall_time_s"] >= 0 and ex["cpu_time_s"] >= 0
-        assert ex["command"].startswith("python -m attnbook.exercise_runs --results ")
-        assert {"torch", "python", "cpu"} <= set(ex["environment"]) and ex["date"][:2] == "20"
+        assert ex["scale"] == "tiny" and ex["wall_time_s"] >= 0 and ex["cpu_time_s"] >= 0
         assert ex["runs"], name
         summaries = ex.get("summary", [])
         for s in summaries.values() if isinstance(summaries, dict) else summaries:
@@ -44,7 +45,7 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
                 if isinstance(spread, dict):
                     assert spread["min"] <= spread["mean"] <= spread["max"], (name, s)
     text = (written / "exercises.json").read_text()
-    assert text.count(str(written)) == len(names)        # no path but the one in each command
+    assert text.count(str(written)) == 1       # no path but the one in the command of its call
     heads = data["exercises"]["ex-05-heads-width"]
     assert [r["seed"] for r in heads["runs"]] == [0, 1, 0, 1]
     assert [s["h"] for s in heads["summary"]] == [h for h, _, _ in heads["settings"]["runs"]]
@@ -86,9 +87,11 @@ def test_only_replaces_the_named_entry_and_keeps_the_others(written, tmp_path):
     (tmp_path / "exercises.json").write_text((written / "exercises.json").read_text())
     before = json.loads((tmp_path / "exercises.json").read_text())["exercises"]
     assert exercise_runs.main(["--results", str(tmp_path), "--tiny", "--only", "ex-06-too-good"]) == 0
-    after = json.loads((tmp_path / "exercises.json").read_text())["exercises"]
-    assert list(after) == list(before)
-    assert after["ex-06-too-good"]["command"].endswith("--tiny --only ex-06-too-good")
+    merged = json.loads((tmp_path / "exercises.json").read_text())
+    after = merged["exercises"]
+    assert list(after) == list(before) and len(merged["calls"]) == 2
+    assert merged["calls"][1]["command"].endswith("--tiny --only ex-06-too-good")
+    assert merged["calls"][1]["rows"] == ["ex-06-too-good"]
     assert after["ex-06-too-good"]["runs"] == before["ex-06-too-good"]["runs"]
     assert all(after[n] == before[n] for n in after if n != "ex-06-too-good")
 
@@ -106,11 +109,20 @@ def test_bad_options_are_one_line_and_exit_status_2(capsys, args, message):
     assert message in err and "see `python -m attnbook.exercise_runs --help`" in err
 
 
+def test_another_scale_is_refused_in_one_line_before_it_runs(written, tmp_path, capsys):
+    (tmp_path / "exercises.json").write_text((written / "exercises.json").read_text())
+    before = (tmp_path / "exercises.json").read_text()
+    assert exercise_runs.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "tiny-scale entries" in err
+    assert (tmp_path / "exercises.json").read_text() == before
+
+
 def test_a_damaged_results_file_is_one_line_and_exit_status_2(capsys, tmp_path):
     (tmp_path / "exercises.json").write_text("{not json")
     assert exercise_runs.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "is not valid JSON" in err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "is not a JSON result" in err
 
 
 def test_whole_sequence_loss_is_the_next_token_loss_of_each_sequence_alone():

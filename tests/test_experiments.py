@@ -88,7 +88,8 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert r["val_bleu"] >= 0 and 0 <= r["too_long_frac"] <= 1
     assert r["val_loss_shuffled_sources"] > 0 and r["log"][-1]["step"] == 10
     assert set(r["log"][-1]["attention_entropy"]) >= {"encoder.0.self_attn", "decoder.0.cross_attn"}
-    assert sweep["hardware"]["cpu_threads"] == 1 and sweep["threads_per_run"] == 1
+    call = sweep["calls"][0]                       # its provenance record (attnbook.store)
+    assert call["hardware"]["cpu_threads"] == 1 and call["threads"] == 1 and call["processes"] == 1
     assert str(tmp_path) not in json.dumps(sweep)          # no absolute paths in the results
     assert sweep["train_time_s_sum"] == pytest.approx(sum(r["train_time_s"] for r in sweep["runs"]))
     with pytest.raises(SystemExit):                        # and none may be given
@@ -242,32 +243,35 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
     assert merged["variants"][0] == res["variants"][0] and merged["variants"][2] == res["variants"][1]
     assert merged["train_time_s_sum"] == pytest.approx(
         sum(r["train_time_s"] for v in merged["variants"] for r in v["runs"]), abs=0.2)
+    # another test set: one line, exit status 2, before anything is trained; the file untouched
+    before = (tmp_path / "results" / "ablations.json").read_text()
+    assert ablations.main(["--out", "abl", "--results", "results", "--variants", "d-k-8",
+                           "--seeds", "0", "--steps", "3", "--sentences", "5", "--jobs", "1",
+                           "--merge"]) == 2
+    assert not list((tmp_path / "abl").glob("d-k-8*"))
+    assert (tmp_path / "results" / "ablations.json").read_text() == before
 
 
-def test_ablations_merge_reads_a_file_of_one_call_and_refuses_another_setting():
+def test_ablations_merge_replaces_by_variant_and_refuses_another_setting():
+    from attnbook import store
     from attnbook.ablations import merge
     run = {"seed": 0, "test_bleu": 30.0, "train_time_s": 10.0}
-    old = {"preset": "cpu-tiny", "test_set": "t (4 sentences)", "command": "first", "date": "d",
-           "note": "n", "variants": [{"variant": "base", "runs": [run]},
-                                     {"variant": "heads-8", "runs": [run]}]}
-    new = {"preset": "cpu-tiny", "test_set": "t (4 sentences)", "calls": [{"command": "second"}],
-           "variants": [{"variant": "heads-8", "runs": [dict(run, train_time_s=5.0)]},
-                        {"variant": "d-k-8", "runs": [run]}]}
+
+    def result(command, variants, **kw):
+        call = store.Provenance(command=command, git_commit="0" * 40, date="d", hardware={})
+        return store.result("ablations", {"preset": "cpu-tiny", "test_set": "t (4 sentences)",
+                                          **kw, "variants": variants}, call)
+
+    old = result("first", [{"variant": "base", "runs": [run], "call": 0},
+                           {"variant": "heads-8", "runs": [run], "call": 0}])
+    new = result("second", [{"variant": "heads-8", "runs": [dict(run, train_time_s=5.0)]},
+                            {"variant": "d-k-8", "runs": [run]}])
     out = merge(old, new)
-    assert out["calls"] == [{"command": "first", "date": "d", "note": "n"}, {"command": "second"}]
+    assert [c["command"] for c in out["calls"]] == ["first", "second"]
+    assert out["calls"][1]["rows"] == ["heads-8", "d-k-8"]
     assert [(v["variant"], v["call"]) for v in out["variants"]] == [("base", 0), ("heads-8", 1),
                                                                      ("d-k-8", 1)]
-    assert out["train_time_s_sum"] == 25.0 and "command" not in out
-    with pytest.raises(ValueError, match="cannot merge: the file has preset 'cpu-tiny'"):
-        merge(old, dict(new, preset="cpu-base"))
-
-
-def test_load_results_walks_up_to_the_repository_and_names_the_command(tmp_path, monkeypatch):
-    from attnbook.utils import load_results
-    (tmp_path / "results" / "cpu").mkdir(parents=True)
-    (tmp_path / "results" / "cpu" / "x.json").write_text('{"a": 1}')
-    (tmp_path / "notebooks").mkdir()
-    monkeypatch.chdir(tmp_path / "notebooks")                 # a notebook's folder
-    assert load_results("cpu/x.json") == {"a": 1}
-    with pytest.raises(FileNotFoundError, match=r"results/cpu/y.json not found.*`make y`"):
-        load_results("cpu/y.json", how="make y")
+    assert out["train_time_s_sum"] == 25.0
+    with pytest.raises(store.ResultError, match="preset differ") as e:
+        merge(old, result("third", [], preset="cpu-base"))
+    assert "\n" not in str(e.value)

@@ -13,6 +13,7 @@ import torch
 
 from attnbook import gpu_run
 from attnbook.bench_suite import SECTIONS
+from attnbook.store import figure_provenance
 from attnbook.bench_attention import bench_attention
 from attnbook.recipe import preset
 
@@ -82,19 +83,21 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     assert files == ["cpu/attention.json", "cpu/decoding.json", "cpu/recurrence.json",
                      "cpu/training.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
     assert len(files) <= 8                        # what a lent machine gives back
-    prov = summary["provenance"]
+    (prov,) = summary["calls"]                     # the one provenance record (attnbook.store)
     assert prov["command"] == "python -m attnbook.gpu_run --dry-run --out OUT"
-    assert prov["versions"]["torch"] == torch.__version__
+    assert prov["hardware"]["torch"] == torch.__version__
     assert prov["wall_s"] > 0 and prov["cpu_s"] > 0 and len(prov["git_commit"]) == 40
-    assert prov["processes_at_once"]["train"] == len(gpu_run.DRY_CANDIDATES)
+    assert prov["processes"] == len(gpu_run.DRY_CANDIDATES) == \
+        prov["extra"]["processes_at_once"]["train"]
     for f in out.rglob("*.json"):
         text = f.read_text()
         assert str(out) not in text and "/tmp/" not in text and str(ROOT) not in text, f
     for section in SECTIONS:
         res = json.loads((out / "cpu" / f"{section}.json").read_text())
         assert res["benchmark"] == section and res["short"] is True and res["quick"] is True
-        assert res["command"].startswith("python -m attnbook.benchmarks --only " + section)
+        assert res["calls"][0]["command"].startswith("python -m attnbook.benchmarks --only " + section)
     assert (out / "gpu_run.png").stat().st_size > 20_000
+    assert figure_provenance(out / "gpu_run.png")["calls"] == summary["calls"]
 
 
 def test_collect_copies_the_files_and_draws_the_benchmark_figures(dry_run, tmp_path):

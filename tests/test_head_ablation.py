@@ -163,11 +163,12 @@ def test_command_on_a_hand_made_run(tmp_path, monkeypatch, capsys):
     assert ha.main(["--run", "runs/toy", "--out", "out/h.json", "--every", "2",
                     "--figure", "out/h.svg"]) == 0
     data = json.loads(Path("out/h.json").read_text(encoding="utf-8"))
-    assert data["run"] == "runs/toy" and data["command"].endswith("--figure out/h.svg")
+    (call,) = data["calls"]                        # its provenance record (attnbook.store)
+    assert data["run"] == "runs/toy" and call["command"].endswith("--figure out/h.svg")
     assert len(data["per_head"]) == 3 * data["layers"] * data["heads_per_layer"]
     assert [r["kind"] for r in data["per_kind"]] == ["enc", "dec", "cross"]
     assert "sentences 0, 2, 4, ... (3 sentences" in data["bleu"]
-    assert data["hardware"]["cpu_threads"] == 1 and data["wall_time_s"] >= 0
+    assert call["hardware"]["cpu_threads"] == 1 and call["threads"] == 1 and call["wall_s"] >= 0
     assert str(tmp_path) not in Path("out/h.json").read_text(encoding="utf-8")
     assert Path("out/h.svg").read_text().lstrip().startswith("<?xml")
     assert ha.main(["--run", "runs/none", "--out", "x.json"]) == 2
@@ -185,7 +186,7 @@ def ranks(x) -> np.ndarray:
 
 def test_committed_figure_is_the_committed_results(tmp_path):
     data = json.loads(COMMITTED.read_text(encoding="utf-8"))
-    assert data["command"].endswith("--figure results/cpu/head_ablation.svg")
+    assert data["calls"][0]["command"].endswith("--figure results/cpu/head_ablation.svg")
     ha.figure(data, tmp_path / "h.svg")
     assert (tmp_path / "h.svg").read_bytes() == COMMITTED.with_suffix(".svg").read_bytes(), \
         "results/cpu/head_ablation.svg is not the figure of head_ablation.json: run the command"
@@ -194,9 +195,10 @@ def test_committed_figure_is_the_committed_results(tmp_path):
 def test_committed_result_is_complete():
     data = json.loads(COMMITTED.read_text(encoding="utf-8"))
     assert data["run"] == "runs/cpu-base/medium" and "last 5 snapshots" in data["weights_of"]
-    assert data["command"].startswith("python -m attnbook.head_ablation --run runs/cpu-base/medium")
+    (call,) = data["calls"]
+    assert call["command"].startswith("python -m attnbook.head_ablation --run runs/cpu-base/medium")
     assert len(data["per_head"]) == 3 * data["layers"] * data["heads_per_layer"] == 36
-    assert data["hardware"]["cpu_threads"] == 1 and data["wall_time_s"] > 0
+    assert call["hardware"]["cpu_threads"] == 1 and call["wall_s"] > 0
     assert not re.search(r'"(/|~)', COMMITTED.read_text(encoding="utf-8"))
     for r in data["per_head"]:
         assert r["val_loss"] == pytest.approx(data["intact"]["val_loss"] + r["delta_loss"],
@@ -322,7 +324,7 @@ def test_the_pages_numbers_are_the_committed_results():
     assert "all 1014 sentences" in data["loss"] and "all 1,014 validation sentences" in page
     assert "(507 sentences: one in every 2" in data["bleu"] and "(507 sentences;" in page
     assert f"$d_k = {data['d_k']}$" in page
-    assert f"about {round(data['cpu_time_s'] / 60)} minutes of processor time on one thread" in page
+    assert f"about {round(data['calls'][0]['cpu_s'] / 60)} minutes of processor time on one thread" in page
     tiny_cfg = preset("cpu-tiny")
     assert (tiny_cfg.arch.n_layers, tiny_cfg.arch.h, tiny_cfg.arch.dropout) == (2, 4, 0.0)
     assert "(2 + 2 layers, 4 heads, no dropout; their last checkpoints)" in page

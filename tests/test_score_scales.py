@@ -84,7 +84,7 @@ def test_the_command_writes_trained_and_initialised_statistics(tmp_path, monkeyp
     assert main(["--run", "runs/smoke", "--average", "1", "--sentences", "16",
                  "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["command"] == ("python -m attnbook.score_scales --run runs/smoke --average 1 "
+    assert result["calls"][0]["command"] == ("python -m attnbook.score_scales --run runs/smoke --average 1 "
                                  f"--sentences 16 --out {out}")
     names = ["encoder.0.self_attn", "decoder.0.self_attn", "decoder.0.cross_attn"]
     for part in ("trained", "initialised"):
@@ -104,7 +104,7 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
     text = path.read_text()
     result = json.loads(text)
     assert "/work/" not in text and "/home/" not in text
-    assert result["command"].startswith("python -m attnbook.score_scales --run runs/")
+    assert result["calls"][0]["command"].startswith("python -m attnbook.score_scales --run runs/")
     for part in ("trained", "initialised"):
         assert [r["name"] for r in result[part]] == [r["name"] for r in result["trained"]]
         assert all(set(STATS) <= set(r) and r["d_k"] == 48 for r in result[part])

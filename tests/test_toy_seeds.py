@@ -13,7 +13,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from attnbook import toy_seeds
+from attnbook import store, toy_seeds
+from attnbook.store import Provenance, Result
 from attnbook.plotting import plot_accuracy_spread
 from attnbook.rnn import Seq2Seq
 from attnbook.toy import (PART1, accuracy_by_length, check_stored_run, copy_alignment,
@@ -37,10 +38,11 @@ def tiny(tmp_path_factory):
 
 
 def test_the_json_has_every_run_and_names_its_making(tiny):
-    assert tiny["scale"] == "tiny" and tiny["seeds"] == [0] and tiny["threads"] == 1
-    assert tiny["command"] == "python -m attnbook.toy_seeds --results out --tiny --seeds 0"
-    assert {"date", "environment", "wall_time_s", "cpu_time_s", "load_average_before"} <= set(tiny)
-    assert tiny["environment"]["torch"] == torch.__version__
+    (call,) = tiny["calls"]                        # its provenance record (attnbook.store)
+    assert tiny["scale"] == "tiny" and tiny["seeds"] == [0] and call["threads"] == 1
+    assert call["command"] == "python -m attnbook.toy_seeds --results out --tiny --seeds 0"
+    assert call["date"] and call["wall_s"] > 0 and call["cpu_s"] > 0 and call["load_before"]
+    assert call["hardware"]["torch"] == torch.__version__ and len(call["git_commit"]) == 40
     assert [(r["name"], r["seed"]) for r in tiny["runs"]] == \
         [(name, 0) for name in toy_seeds.RUNS]
     for r in tiny["runs"]:
@@ -109,13 +111,15 @@ def test_run_difference_sees_a_change():
 def test_a_stale_file_fails_here_and_warns_elsewhere():
     run = {"name": "additive", "seed": 0, "length": [2], "exact": [1.0], "token": [1.0],
            "final_loss": 0.5}
-    result = {"command": "python -m attnbook.toy_seeds --results results/cpu",
-              "environment": versions(), "runs": [run]}
+    call = Provenance(command="python -m attnbook.toy_seeds --results results/cpu",
+                      git_commit="0" * 40, date="d", hardware=versions())
+    result = Result(store.result("toy_seeds", {"runs": [run]}, call), "toy_seeds.json")
     acc, history = {"length": [2], "exact": [1.0], "token": [1.0]}, [0.5] * 50
     assert check_stored_run(result, "additive", acc, history) == 0.0
     with pytest.raises(AssertionError, match="stale.*python -m attnbook.toy_seeds"):
         check_stored_run(result, "additive", acc | {"exact": [0.5]}, history)
-    elsewhere = result | {"environment": versions() | {"cpu": "another processor"}}
+    call.hardware = versions() | {"cpu": "another processor"}
+    elsewhere = Result(store.result("toy_seeds", {"runs": [run]}, call), "toy_seeds.json")
     with pytest.warns(UserWarning, match="another machine"):
         assert check_stored_run(elsewhere, "additive", acc | {"exact": [0.5]}, history) == 0.5
 
@@ -162,9 +166,10 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
     text = path.read_text()
     result = json.loads(text)
     assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text
-    assert result["command"].startswith("python -m attnbook.toy_seeds --results results/cpu")
-    assert result["scale"] == "full" and result["seeds"] == [0, 1, 2] and result["threads"] == 1
-    assert result["wall_time_s"] > 0 and result["environment"]["cpu_threads"] == 1
+    first = result["calls"][0]                     # its provenance record (attnbook.store)
+    assert first["command"].startswith("python -m attnbook.toy_seeds --results results/cpu")
+    assert result["scale"] == "full" and result["seeds"] == [0, 1, 2] and first["threads"] == 1
+    assert first["wall_s"] > 0 and first["hardware"]["cpu_threads"] == 1
     assert {k: v for k, v in result["settings"].items() if k in PART1} == PART1
     assert [(r["name"], r["seed"]) for r in result["runs"]] == \
         [(name, seed) for name in toy_seeds.RUNS for seed in (0, 1, 2)]
@@ -185,19 +190,18 @@ def test_merge_puts_runs_into_the_file_and_keeps_the_rest(tmp_path, monkeypatch,
     assert [(r["name"], r["seed"]) for r in after["runs"]] == \
         [("no-attention", 0), ("additive", 0), ("copy", 0)]
     assert after["runs"][:2] == before["runs"]
-    assert {k: after[k] for k in ("command", "date", "environment", "wall_time_s")} == \
-        {k: before[k] for k in ("command", "date", "environment", "wall_time_s")}
+    assert after["calls"][0] == before["calls"][0]
     assert list(after["run_specs"]) == list(after["spread"]) == ["no-attention", "additive", "copy"]
     assert after["run_specs"]["copy"]["task"] == "copy"
-    [call] = after["merged"]
-    assert call["runs"] == ["copy"] and call["command"].endswith("--runs copy --merge")
+    call = after["calls"][1]
+    assert call["rows"] == ["copy/0"] and call["command"].endswith("--runs copy --merge")
     assert set(after["runs"][2]["alignment"]) == {"largest", "diagonal", "left", "right", "band"}
     # merging a run again replaces it, and the second call is recorded too
     assert toy_seeds.main([*base, "--runs", "copy", "--merge"]) == 0
     again = json.loads((tmp_path / "out" / "toy_seeds.json").read_text())
     timeless = [[{k: v for k, v in r.items() if k not in ("train_seconds", "ms_per_step")}
                  for r in result["runs"]] for result in (again, after)]
-    assert timeless[0] == timeless[1] and len(again["merged"]) == 2
+    assert timeless[0] == timeless[1] and len(again["calls"]) == 3
     # what --merge refuses, in one line each
     for argv in ([*base[:-1], "--runs", "copy", "--merge"],                  # timing on
                  ["--results", "nowhere", "--tiny", "--seeds", "0", "--no-timing", "--merge"],

@@ -12,9 +12,10 @@ not depend on how busy the machine is. The baseline is exactly the leaderboard's
 
 Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
 validation cross-entropy without label smoothing; the paper reports both, and label smoothing
-"hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``; with
-``--merge`` it adds this call's variants to the file (replacing variants of the same name), and
-each variant names the call that made it (``calls``: command, date, hardware, wall time, note).
+"hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``
+(:mod:`attnbook.store`'s format); with ``--merge`` it merges this call's variants into the file
+by name (:func:`attnbook.store.merge`), and each variant's ``call`` is the index of the
+provenance record of the call that made it.
 """
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from . import store
 from .bleu import bleu
-from .cli import Parser, add_common
+from .cli import Parser, add_common, fail
 from .data import load_multi30k
 from .decoding import translate
-from .sweeps import (SNAPSHOTS, header, open_run, run_name, score_all, summarise,
+from .sweeps import (SNAPSHOTS, open_run, run_name, score_all, summarise,
                      train_all)
 from .recipe import override, preset
 from .utils import get_device
+from .registry import SEEDS
 
 # Each variant: (Table 3's row, what changes, the overrides of cpu-tiny's Transformer, by field
 # name: recipe.override). results/cpu/ablations.json records them as they are written here.
@@ -55,14 +58,11 @@ VARIANTS = {
                                 "(std 1/sqrt(2) instead of 0.02)",
                                 dict(positional="learned", learned_std=2 ** -0.5)),
 }
-SEEDS = (0, 1, 2)
 # The variants results/cpu/ablations.json holds (the default); the others are there to be run
 # (the appendix's homework): a run of cpu-tiny took 3.3 minutes at 2 threads on a quiet 2-core
 # machine (results/cpu/cpu_tiny_transformer_2threads.json).
 MEASURED = ("base", "heads-1", "heads-8", "d-k-16", "d-k-8", "layers-1", "d-ff-512", "dropout-0.1",
             "no-label-smoothing", "learned-positions", "learned-positions-large")
-CALL_FIELDS = ("command", "note", "date", "hardware", "processes_at_once", "threads_per_run",
-               "load_average_before", "this_call_train_wall_time_s", "score_wall_time_s")
 
 
 # Vaswani et al. (2017), Table 3 (newstest2013, the development set): for each variant, the
@@ -149,23 +149,33 @@ def _score_ablation_run(job) -> dict:
 
 
 def merge(old: dict, new: dict) -> dict:
-    """``new``'s variants added to ``old``'s (a variant of the same name is replaced), in the
-    order of VARIANTS. Each call's record (CALL_FIELDS) is kept in ``calls``, and each variant's
-    ``call`` is its index there; a file written before ``calls`` existed is one call."""
-    if old.get("preset") != new["preset"] or old.get("test_set") != new["test_set"]:
-        raise ValueError(f"cannot merge: the file has preset {old.get('preset')!r} on "
-                         f"{old.get('test_set')!r}, this call {new['preset']!r} on "
-                         f"{new['test_set']!r}; write it to another --results folder")
-    calls = old.get("calls") or [{k: old[k] for k in CALL_FIELDS if k in old}]
-    kept = [dict(v, call=v.get("call", 0)) for v in old["variants"]
-            if v["variant"] not in {n["variant"] for n in new["variants"]}]
-    added = [dict(v, call=len(calls)) for v in new["variants"]]
+    """``new``'s variants (a result of one call, :mod:`attnbook.store`) added to ``old``'s by
+    :func:`attnbook.store.merge` (a variant of the same name is replaced; another preset or test
+    set is a one-line ResultError), in the order of VARIANTS; each variant's ``call`` is the index
+    of the call that made it, and ``train_time_s_sum`` covers them all."""
+    out = store.merge(old, new, "variants", by=("variant",), same=("preset", "test_set"))
+    made = set(out["calls"][-1]["rows"])
     order = list(VARIANTS)
-    variants = sorted(kept + added, key=lambda v: order.index(v["variant"]))
-    rest = {k: v for k, v in old.items() if k not in CALL_FIELDS + ("calls", "variants")}
-    return {**rest, "calls": calls + new["calls"], "variants": variants,
-            "train_time_s_sum": round(sum(r["train_time_s"] for v in variants
-                                          for r in v["runs"]), 1)}
+    out["variants"] = sorted(
+        [dict(v, call=len(out["calls"]) - 1) if v["variant"] in made else v
+         for v in out["variants"]], key=lambda v: order.index(v["variant"]))
+    out["train_time_s_sum"] = round(sum(r["train_time_s"] for v in out["variants"]
+                                        for r in v["runs"]), 1)
+    return out
+
+
+def variant_table(names, jobs, runs) -> list[dict]:
+    """The rows of ablations.json: each variant's change, size and scores over its seeds."""
+    table = []
+    for name in names:
+        mine = [r for (n, _, _), r in zip(jobs, runs) if n == name]
+        row, what, overrides = VARIANTS[name]
+        table.append({"variant": name, "row": row, "change": what, "overrides": overrides,
+                      "parameters": mine[0]["parameters"],
+                      "test_bleu": summarise([r["test_bleu"] for r in mine]),
+                      "val_perplexity": summarise([r["val_perplexity"] for r in mine]),
+                      "runs": mine})
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,40 +205,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps:
         jobs = [(n, replace(c, max_steps=args.steps, snapshot_steps=(), eval_every=args.steps),
                  f.parent / f"{f.name}_test{args.steps}") for n, c, f in jobs]
-    result = header("cpu-tiny", "python -m attnbook.ablations " + " ".join(argv), args.jobs,
-                    args.threads, args.note)
-    start = time.perf_counter()
-    train_all([(c, f) for _, c, f in jobs], args.jobs, args.threads, args.data_dir, args.device)
-    result["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
-    print(f"trained {len(jobs)} runs in {result['this_call_train_wall_time_s']:.0f} s")
-    if not args.results:
-        return 0
-    start = time.perf_counter()
-    runs = score_all(_score_ablation_run, [f for _, _, f in jobs], args.jobs, args.threads,
-                     args.data_dir, args.sentences, str(get_device(args.device)))
-    table = []
-    for name in args.variants:
-        mine = [r for (n, _, _), r in zip(jobs, runs) if n == name]
-        row, what, overrides = VARIANTS[name]
-        table.append({"variant": name, "row": row, "change": what, "overrides": overrides,
-                      "parameters": mine[0]["parameters"],
-                      "test_bleu": summarise([r["test_bleu"] for r in mine]),
-                      "val_perplexity": summarise([r["val_perplexity"] for r in mine]),
-                      "runs": mine})
     test_set = load_multi30k("test_2016_flickr", data_dir=args.data_dir)[:args.sentences or None]
-    result.update({"test_set": f"test_2016_flickr ({len(test_set)} sentences)",
-                   "decoding": "beam 4, alpha 0.6",
-                   "perplexity": "exp(validation cross-entropy per target token, no label smoothing)",
-                   "variants": table,
-                   "score_wall_time_s": round(time.perf_counter() - start, 1),
-                   "train_time_s_sum": round(sum(r["train_time_s"] for r in runs), 1)})
-    call = {k: result.pop(k) for k in CALL_FIELDS}
-    result = {**result, "calls": [call], "variants": [dict(v, call=0) for v in table]}
-    target = args.results / "ablations.json"
-    if args.merge and target.is_file():
-        result = merge(json.loads(target.read_text()), result)
-    args.results.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(result, indent=1) + "\n")
+    test_set = f"test_2016_flickr ({len(test_set)} sentences)"
+    target = args.results / "ablations.json" if args.results else None
+    old = None
+    if args.merge and target and target.is_file():       # refused before anything is trained
+        try:
+            old = store.read(target)
+            if (old.get("preset"), old.get("test_set")) != ("cpu-tiny", test_set):
+                raise store.ResultError(
+                    f"{target} holds preset {old.get('preset')!r} on {old.get('test_set')!r}, "
+                    f"this call cpu-tiny on {test_set!r}; give the file's --sentences, or write "
+                    "to another --results folder")
+        except store.ResultError as e:
+            return fail(e)
+    with store.record(store.command_line("attnbook.ablations", argv), threads=args.threads,
+                      processes=args.jobs, note=args.note) as call:
+        start = time.perf_counter()
+        train_all([(c, f) for _, c, f in jobs], args.jobs, args.threads, args.data_dir,
+                  args.device)
+        call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
+        print(f"trained {len(jobs)} runs in {call.extra['this_call_train_wall_time_s']:.0f} s")
+        if not args.results:
+            return 0
+        start = time.perf_counter()
+        runs = score_all(_score_ablation_run, [f for _, _, f in jobs], args.jobs, args.threads,
+                         args.data_dir, args.sentences, str(get_device(args.device)))
+        call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
+    call.hardware["cpu_threads"] = args.threads
+    result = store.result("ablations", {
+        "preset": "cpu-tiny", "test_set": test_set,
+        "decoding": "beam 4, alpha 0.6",
+        "perplexity": "exp(validation cross-entropy per target token, no label smoothing)",
+        "train_time_s_sum": round(sum(r["train_time_s"] for r in runs), 1),
+        "variants": [dict(v, call=0) for v in variant_table(args.variants, jobs, runs)]}, call)
+    if old is not None:
+        try:
+            result = merge(old, result)
+        except store.ResultError as e:
+            return fail(e)
+    store.write(target, result)
     print(f"wrote {args.results / 'ablations.json'}")
     return 0
 

@@ -16,8 +16,8 @@ Four measurements, each against PyTorch's own modules and, where it is known, th
   sequence length grows: the parallelism argument of the paper.
 
 Each runs on the CPU and, when PyTorch sees one, on a CUDA GPU, and writes
-``OUT/<cpu|cuda>/<name>.json`` (hardware, versions, load, settings, wall time, every
-measurement) and ``OUT/<cpu|cuda>/<name>.png``. ``--quick`` runs tiny sizes in seconds (what the
+``OUT/<cpu|cuda>/<name>.json`` (:mod:`attnbook.store`'s format: settings and every
+measurement; hardware, versions, load and wall time in its provenance record) and ``OUT/<cpu|cuda>/<name>.png``. ``--quick`` runs tiny sizes in seconds (what the
 test suite runs). Whatever is compared is measured side by side: the training, decoding and
 recurrence variants run one after the other in every round (median and minimum reported), the
 attention implementations one after the other at each length (fastest of a few calls), so that
@@ -36,9 +36,7 @@ training, decoding, recurrence), whose public names it re-exports.
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,8 +49,9 @@ from .bench_models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # 
                            bench_decoding, bench_recurrence, bench_training,
                            bench_training_config, gpu_peak_flops, matmul_params, matmul_rate,
                            peak_flops, random_batch, transformer_flops, twin_models)
+from . import store
 from .plotting import OKABE_ITO, use_book_style
-from .utils import count_parameters, versions  # noqa: F401 (count_parameters: re-exported)
+from .utils import count_parameters  # noqa: F401 (re-exported)
 
 SECTIONS = ("attention", "training", "decoding", "recurrence")
 SCHEMA = 1
@@ -94,7 +93,7 @@ def goals(results: dict) -> list[dict]:
     mfu, gpu = None, None
     for c in results.get("cuda", {}).get("training", {}).get("configs", []):
         if c["config"] == "throughput":
-            gpu = results["cuda"]["training"]["environment"].get("gpu")
+            gpu = results["cuda"]["training"]["device"]["name"]
             mfu = max((row.get("mfu") or 0 for row in c["results"]
                        if row["model"] == "book" and row["variant"] == "bf16, compiled"),
                       default=None)
@@ -118,14 +117,15 @@ def goals(results: dict) -> list[dict]:
 
 
 def load_results(root: Path | str = DEFAULT_OUT) -> dict:
-    """results[kind][section] for every OUT/kind/section.json under ``root``."""
+    """results[kind][section] (a :class:`attnbook.store.Result`: the data, with its ``calls``)
+    for every OUT/kind/section.json under ``root``."""
     root = Path(root)
     out = {}
     for kind in ("cpu", "cuda"):
         for section in SECTIONS:
             path = root / kind / f"{section}.json"
             if path.is_file():
-                out.setdefault(kind, {})[section] = json.loads(path.read_text())
+                out.setdefault(kind, {})[section] = store.Result(store.read(path), path)
     return out
 
 
@@ -230,14 +230,6 @@ RUNS = {"attention": bench_attention, "training": bench_training, "decoding": be
         "recurrence": bench_recurrence}
 
 
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def busy_processes(interval: float = 0.5, threshold: float = 0.2) -> list[dict]:
     """Other processes that used more than ``threshold`` of a core during ``interval`` seconds
     (Linux /proc; empty elsewhere): who else was using the machine while it was measured."""
@@ -265,34 +257,25 @@ def busy_processes(interval: float = 0.5, threshold: float = 0.2) -> list[dict]:
     return sorted(busy, key=lambda p: -p["cpu"])
 
 
-def environment(device: torch.device, quick: bool = False) -> dict:
-    env = versions()
-    env.update(device=str(device), threads=torch.get_num_threads(),
-               load_average=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-               busy_processes=None if quick else busy_processes(), git_commit=_git_commit(),
-               date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + " UTC")
-    return env
-
-
 def run_section(section: str, device: torch.device, out: Path, quick: bool = False,
-                note: str = "", plot: bool = True, short: bool = False) -> dict:
-    """Run one benchmark on ``device``; write out/section.json (and .png); return the result.
-    ``short`` (the GPU call's budget) changes the training benchmark only."""
-    env = environment(device, quick)
-    start = time.perf_counter()
-    res = RUNS[section](device, quick, short) if section == "training" else \
-        RUNS[section](device, quick)
-    wall = time.perf_counter() - start
-    env_end = {"load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-               "busy_processes_end": None if quick else busy_processes()}
-    res = {"benchmark": section, "schema": SCHEMA, "quick": quick, "short": short,
-           "device": {"kind": device.type,
-                      "name": env["gpu"] if device.type == "cuda" else env["cpu"],
-                      "threads": torch.get_num_threads()},
-           "environment": {**env, **env_end}, "command": " ".join(["python -m attnbook.benchmarks", *sys.argv[1:]]),
-           "note": note, "wall_time_s": round(wall, 3), **res}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{section}.json").write_text(json.dumps(res, indent=1) + "\n")
+                note: str = "", plot: bool = True, short: bool = False,
+                command: str | None = None) -> dict:
+    """Run one benchmark on ``device``; write out/section.json (and .png) in the results format
+    (:mod:`attnbook.store`: the call's provenance, with the other busy processes at the start
+    and the end in its ``extra``); return the result. ``short`` (the GPU call's budget) changes
+    the training benchmark only."""
+    command = command or store.command_line("attnbook.benchmarks", sys.argv[1:])
+    with store.record(command, threads=torch.get_num_threads(), note=note) as call:
+        call.extra["busy_processes"] = None if quick else busy_processes()
+        res = RUNS[section](device, quick, short) if section == "training" else \
+            RUNS[section](device, quick)
+        call.extra["busy_processes_end"] = None if quick else busy_processes()
+    hw = call.hardware
+    res = store.result("bench", {
+        "benchmark": section, "schema": SCHEMA, "quick": quick, "short": short,
+        "device": {"kind": device.type, "name": hw["gpu"] if device.type == "cuda" else hw["cpu"],
+                   "threads": torch.get_num_threads()}, **res}, call)
+    store.write(out / f"{section}.json", res)
     if plot:
         save_plot(res, out)
     return res
@@ -304,4 +287,4 @@ def save_plot(res: dict, out: Path) -> None:
     draw, size = PLOTS[res["benchmark"]]
     fig = Figure(figsize=size, layout="constrained")
     draw(res, fig)
-    fig.savefig(out / f"{res['benchmark']}.png", dpi=100)
+    fig.savefig(out / f"{res['benchmark']}.png", dpi=100, metadata=store.figure_metadata(res))

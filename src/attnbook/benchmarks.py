@@ -18,6 +18,7 @@ import torch
 
 from .bench_suite import DEFAULT_OUT, SECTIONS, run_section, save_plot
 from .cli import Parser
+from .store import command_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replot", action="store_true",
                    help="measure nothing: redraw the PNG files from the JSON files in OUT")
     args = p.parse_args(argv)
+    args.command = command_line("attnbook.benchmarks", sys.argv[1:] if argv is None else argv)
     if args.threads is not None and args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
     kinds = ["cpu"] if args.device == "cpu" else []
@@ -89,8 +91,8 @@ def _run_all(kinds, root, args, p) -> None:
                 continue
             print(f"[{kind}] {section} -> {out / (section + '.json')}", flush=True)
             res = run_section(section, torch.device(kind), out, args.quick, args.note,
-                              not args.no_plots, args.short)
-            print(f"[{kind}] {section}: {res['wall_time_s']} s", flush=True)
+                              not args.no_plots, args.short, command=args.command)
+            print(f"[{kind}] {section}: {res['calls'][-1]['wall_s']} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,24 +14,23 @@ tasks.
 
 Each (task, mixer, seed) trains from its own seed on the same data order for that seed (the
 reversal settings and the run are the library's, :data:`attnbook.beyond.REVERSAL` and
-:func:`attnbook.beyond.run_reversal`). The JSON names the settings, the versions and hardware,
-and the wall time; the notebook loads it. ``--only PART`` runs only that part (``reversal``,
-``lm`` or ``variants``; repeatable) and puts it into the existing file, whose other parts and
-top-level record stay; the part then records the call that made it (its ``"call"``):
+:func:`attnbook.beyond.run_reversal`). The JSON (:mod:`attnbook.store`'s format) names the
+settings, and its provenance records the calls (command, git commit, versions, hardware, wall and
+CPU time); the notebook loads it. ``--only PART`` runs only that part (``reversal``, ``lm`` or
+``variants``; repeatable) and merges it into the existing file by part: the others stay, and the
+call is appended to the file's ``calls`` with the parts it made:
 
     python -m attnbook.beyond_runs --out results/cpu/beyond.json --only variants
 """
 from __future__ import annotations
 
-import json
-import shlex
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from . import PAD_ID
+from . import PAD_ID, store
 from .batching import translation_loss
 from .beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
                      reversal_config, run_reversal, train_model)
@@ -40,11 +39,11 @@ from .data import load_multi30k
 from .lm import lm_batches
 from .tokenizer import multi30k_tokenizer
 from .transformer import TransformerConfig
-from .utils import count_parameters, deterministic, versions
+from .utils import count_parameters, deterministic
+from .registry import SEEDS
 
 __all__ = ["REVERSAL", "reversal_config", "run_reversal", "main"]   # reversal_*: from beyond
 
-SEEDS = (0, 1, 2)
 LM = dict(vocab=4000, steps=320, warmup=32, lr=3e-3, max_tokens=1536, n_val=500,
           model=dict(d_model=64, h=4, d_ff=256, n_layers=2, dropout=0.0, norm_first=True))
 # The exercises' variants of the reversal model: name -> (mixer kind, the mixer put in its block)
@@ -108,6 +107,36 @@ def run_variant(name: str, seed: int, steps: int | None = None) -> dict:
     return {"variant": name} | run_reversal(kind, seed, mixer=mixer, steps=steps)
 
 
+def run_part(part: str, args) -> dict:
+    """One part of beyond.json: its settings and runs (every mixer or variant, every seed)."""
+    runs = []
+    if part == "lm":
+        train_batches, val_batches = caption_data()
+        for seed in args.seeds:
+            for kind in MIXERS:
+                runs.append(run_lm(kind, seed, train_batches, val_batches))
+                print(f"lm {kind:9s} seed {seed}: validation loss {runs[-1]['val_loss']:.3f} "
+                      f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
+        return {"settings": LM, "runs": runs}
+    settings = REVERSAL | ({"steps": args.steps} if args.steps else {})
+    if part == "reversal":
+        for seed in args.seeds:
+            for kind in MIXERS:
+                runs.append(run_reversal(kind, seed, steps=args.steps))
+                print(f"reversal {kind:9s} seed {seed}: exact {runs[-1]['exact']} "
+                      f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
+        return {"settings": settings, "runs": runs}
+    for name in VARIANTS:
+        for seed in args.seeds:
+            runs.append(run_variant(name, seed, steps=args.steps))
+            print(f"variant {name} seed {seed}: exact {runs[-1]['exact']} "
+                  f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
+    return {"settings": settings,
+            "mixers": {"linear-4-heads": "LinearAttention(32, 4)",
+                       "recurrent-state-256": "GatedRecurrence(32, d_state=256)"},
+            "runs": runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m attnbook.beyond_runs", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
@@ -122,65 +151,29 @@ def main(argv: list[str] | None = None) -> int:
                    help="training steps of each reversal run instead of REVERSAL's (the tests)")
     args = p.parse_args(argv)
     parts = args.only or list(PARTS)
-    old = {}
+    old = None
     if args.only and args.out.is_file():
         try:
-            old = json.loads(args.out.read_text())
-        except json.JSONDecodeError as e:
-            return fail(f"{args.out} is not valid JSON ({e.msg}); move it away, or run "
-                        "without --only")
+            old = store.read(args.out)
+        except store.ResultError as e:
+            return fail(e)
         if old.get("seeds") != args.seeds:
             return fail(f"{args.out} has seeds {old.get('seeds')}: give the same --seeds")
     torch.set_num_threads(args.threads)
-    command = shlex.join(["python", "-m", "attnbook.beyond_runs",
-                          *(sys.argv[1:] if argv is None else argv)])
-    reversal_settings = REVERSAL | ({"steps": args.steps} if args.steps else {})
-    start = time.perf_counter()
-    result = {}
-    for part in parts:
-        part_start = time.perf_counter()
-        if part == "reversal":
-            runs = []
-            for seed in args.seeds:
-                for kind in MIXERS:
-                    runs.append(run_reversal(kind, seed, steps=args.steps))
-                    print(f"reversal {kind:9s} seed {seed}: exact {runs[-1]['exact']} "
-                          f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
-            result[part] = {"settings": reversal_settings, "runs": runs}
-        elif part == "lm":
-            train_batches, val_batches = caption_data()
-            runs = []
-            for seed in args.seeds:
-                for kind in MIXERS:
-                    runs.append(run_lm(kind, seed, train_batches, val_batches))
-                    print(f"lm {kind:9s} seed {seed}: validation loss {runs[-1]['val_loss']:.3f} "
-                          f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
-            result[part] = {"settings": LM, "runs": runs}
-        else:
-            runs = []
-            for name in VARIANTS:
-                for seed in args.seeds:
-                    runs.append(run_variant(name, seed, steps=args.steps))
-                    print(f"variant {name} seed {seed}: exact {runs[-1]['exact']} "
-                          f"({runs[-1]['train_seconds']:.0f} s)", flush=True)
-            result[part] = {"settings": reversal_settings,
-                            "mixers": {"linear-4-heads": "LinearAttention(32, 4)",
-                                       "recurrent-state-256": "GatedRecurrence(32, d_state=256)"},
-                            "runs": runs}
-        if args.only:
-            result[part]["call"] = {"command": command, "note": args.note,
-                                    "date": time.strftime("%Y-%m-%d", time.gmtime()),
-                                    "environment": versions(),
-                                    "wall_time_s": round(time.perf_counter() - part_start, 1)}
-    if old:
-        result = old | result
-    else:
-        result = {"command": command, "note": args.note, "environment": versions(),
-                  "wall_time_s": round(time.perf_counter() - start, 1),
-                  "seeds": list(args.seeds)} | result
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out} ({', '.join(parts)}) in {time.perf_counter() - start:.0f} s")
+    command = store.command_line("attnbook.beyond_runs", sys.argv[1:] if argv is None else argv)
+    with store.record(command, threads=args.threads, note=args.note) as call:
+        result = {"seeds": list(args.seeds), **{part: run_part(part, args) for part in parts}}
+    result = store.result("beyond", result, call)
+    result["calls"][0]["rows"] = parts
+    try:
+        if old is not None:            # the file's other parts are kept (merge by part)
+            result = store.merge(old, result, "", by=PARTS, same=("seeds",))
+    except store.ResultError as e:
+        return fail(e)
+    result = {k: result[k] for k in ("experiment", "format", "calls", "seeds", *PARTS)
+              if k in result}
+    store.write(args.out, result)
+    print(f"wrote {args.out} ({', '.join(parts)}) in {call.wall_s:.0f} s")
     return 0
 
 

@@ -31,7 +31,8 @@ thread, and 3 seeds wherever it compares settings:
   (all validation sentences) and BLEU (beam 4) on the first 300 test sentences.
 
 The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
-min and max over seeds, the command, date, wall and CPU time, threads, versions and hardware
+min and max over seeds, and its wall and CPU time; the calls that made it are in its provenance
+records (:mod:`attnbook.store`: command, git commit, date, threads, versions and hardware)
 (the CPU time shows the work when other jobs share the machine: the committed file took 21
 minutes of CPU and 40 of wall time on the book's busy 2-core VM; ex-07-rope-length and
 ex-08-warmup-experiment, added with ``--only``, half a minute and 4 minutes more); ``--only``
@@ -40,10 +41,8 @@ a few steps (what the tests run): its numbers mean nothing and say so (``"scale"
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import PAD_ID
+from . import PAD_ID, store
 from .attention import causal_mask
 from .batching import translation_loss
 from .bleu import bleu
@@ -72,9 +71,7 @@ from .training import train
 from .toy import make_batch as make_reverse_batch
 from .toy import vocab_size as toy_vocab_size
 from .transformer import SelfAttentionStack, Transformer, TransformerConfig
-from .utils import versions
-
-SEEDS = (0, 1, 2)
+from .registry import SEEDS
 
 # Each experiment's settings: what the book's solutions quote, and the tests' tiny scale.
 HEADS_WIDTH = dict(runs=[(16, 64, 500), (32, 32, 500), (1, 64, 500), (1, 32, 1500)],
@@ -394,8 +391,9 @@ EXPERIMENTS = {"ex-05-heads-width": (heads_width, HEADS_WIDTH),
                "ex-10-whole-sequence-loss": (whole_sequence, WHOLE_SEQUENCE)}
 
 
-def run(name: str, tiny: bool = False, command: str = "") -> dict:
-    """Run one exercise's experiment; its entry of exercises.json."""
+def run(name: str, tiny: bool = False) -> dict:
+    """Run one exercise's experiment; its entry of exercises.json (with its own wall and CPU
+    time; the call's provenance is the file's, :mod:`attnbook.store`)."""
     fn, settings = EXPERIMENTS[name]
     s = settings | (TINY[name] if tiny else {})
     start, cpu = time.perf_counter(), time.process_time()
@@ -403,9 +401,7 @@ def run(name: str, tiny: bool = False, command: str = "") -> dict:
         result = fn(s, Path(work))
     return {"scale": "tiny" if tiny else "full", "settings": s, **result,
             "wall_time_s": round(time.perf_counter() - start, 1),
-            "cpu_time_s": round(time.process_time() - cpu, 1), "command": command,
-            "date": time.strftime("%Y-%m-%d", time.gmtime()), "threads": torch.get_num_threads(),
-            "environment": versions()}
+            "cpu_time_s": round(time.process_time() - cpu, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,27 +422,39 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = args.results / "exercises.json"
     try:
-        old = json.loads(out.read_text()) if out.is_file() else {}
-    except json.JSONDecodeError as e:
-        return fail(f"{out} is not valid JSON ({e.msg}); move it away, or run without --only")
-    command = shlex.join(["python", "-m", "attnbook.exercise_runs",
-                          *(sys.argv[1:] if argv is None else argv)])
+        old = store.read(out) if out.is_file() else None
+    except store.ResultError as e:
+        return fail(e)
+    scale = "tiny" if args.tiny else "full"
+    other = {ex.get("scale") for ex in (old or {}).get("exercises", {}).values()} - {scale}
+    if other:                                        # refused before anything runs
+        return fail(f"{out} holds {', '.join(sorted(map(str, other)))}-scale entries, this call "
+                    f"is {scale}; give the file's scale (--tiny or not), or another --results")
+    command = store.command_line("attnbook.exercise_runs", sys.argv[1:] if argv is None else argv)
     names = args.only or list(EXPERIMENTS)
-    entries = dict(old.get("exercises", {}))
-    start = time.perf_counter()
+    entries = {}
     try:
-        for name in names:
-            print(f"{name} ...", flush=True)
-            entries[name] = run(name, args.tiny, command)
-            print(f"{name}: {entries[name]['wall_time_s']:.0f} s", flush=True)
+        with store.record(command, threads=1) as call:
+            for name in names:
+                print(f"{name} ...", flush=True)
+                entries[name] = run(name, args.tiny)
+                print(f"{name}: {entries[name]['wall_time_s']:.0f} s", flush=True)
     except (DataError, TokenizerError) as e:
         return fail(e)
-    result = {"about": "measured answers of the book's experimental exercises "
-                       "(python -m attnbook.exercise_runs); each entry names the call that "
-                       "made it", "exercises": {n: entries[n] for n in EXPERIMENTS if n in entries}}
-    args.results.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out} ({', '.join(names)}) in {time.perf_counter() - start:.0f} s")
+    result = store.result("exercises", {
+        "about": "measured answers of the book's experimental exercises "
+                 "(python -m attnbook.exercise_runs); each entry names the call that made it",
+        "exercises": entries}, call)
+    result["calls"][0]["rows"] = names
+    try:
+        if old is not None:           # the entries of other exercises are kept (merge by key)
+            result = store.merge(old, result, "exercises")
+    except store.ResultError as e:
+        return fail(e)
+    result["exercises"] = {n: result["exercises"][n] for n in EXPERIMENTS
+                           if n in result["exercises"]}
+    store.write(out, result)
+    print(f"wrote {out} ({', '.join(names)}) in {call.wall_s:.0f} s")
     return 0
 
 

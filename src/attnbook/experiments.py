@@ -33,7 +33,6 @@ continues where it stopped.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from . import store
 from .batching import TranslationBatches, make_batch, translation_loss
 from .bleu import bleu, bleu_by_length
 from .cli import Parser, add_common
@@ -49,7 +49,8 @@ from .data import load_multi30k
 from .decoding import translate
 from .recipe import MODELS, forward_logits, override, preset
 from .runs import average_checkpoints, load_checkpoint, save_checkpoint, snapshot_files
-from .sweeps import (SNAPSHOTS, header, load_weights, open_run, run_name,  # noqa: F401
+from .registry import SEEDS
+from .sweeps import (SNAPSHOTS, load_weights, open_run, run_name,  # noqa: F401
                      score_all, summarise, train_all)
 from .training import validation_loss
 from .utils import get_device
@@ -203,9 +204,17 @@ AVERAGE_LAST = 5      # checkpoint averaging: the mean of the last k snapshots, 
 AVERAGE_SPAN = 0.15   # of those in the last 15% of the steps (Vaswani et al.: the last 5 of 100k)
 
 
-def base_jobs(out: Path) -> list:
-    return [(override(preset("cpu-base"), **overrides), out / name)
-            for name, overrides in BASE_CANDIDATES.items()]
+def base_jobs(out: Path, steps: int | None = None) -> list:
+    """The cpu-base candidates; with ``steps`` (the tests' tiny run), each trained that many
+    steps, without snapshots."""
+    jobs = []
+    for name, overrides in BASE_CANDIDATES.items():
+        cfg = override(preset("cpu-base"), **overrides)
+        if steps:
+            cfg = replace(cfg, max_steps=steps, warmup=min(cfg.warmup, steps), eval_every=steps,
+                          snapshot_steps=())
+        jobs.append((cfg, out / name))
+    return jobs
 
 
 def _score_base_run(job) -> dict:
@@ -270,8 +279,10 @@ def parser() -> Parser:
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")
     p.add_argument("--results", type=Path, help="folder for sweep.json / board.json")
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--max-steps", type=int, default=600, help="sweep: steps per run")
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--max-steps", type=int, help="sweep: steps per run (default 600); base: "
+                                                 "steps of each candidate instead of its own "
+                                                 "(the tests' tiny run)")
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once (1 on a GPU)")
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
     p.add_argument("--reuse", type=Path, help="board: the sweep's runs folder, to continue its runs")
@@ -344,29 +355,30 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "
                 "in the results, which must not name folders of the machine that made them)")
     if args.what == "sweep":
-        jobs = sweep_jobs(args.preset, args.models, args.max_steps, args.out)
+        jobs = sweep_jobs(args.preset, args.models, args.max_steps or 600, args.out)
     elif args.what == "base":
-        jobs = base_jobs(args.out)
+        jobs = base_jobs(args.out, args.max_steps)
     else:
         jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse)
-    command = "python -m attnbook.experiments " + " ".join(argv)
-    result = header(args.preset, command, args.jobs, args.threads, args.note)
-    start = time.perf_counter()
-    train_all(jobs, args.jobs, args.threads, args.data_dir, args.device)
-    result["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
-    print(f"trained {len(jobs)} runs in {result['this_call_train_wall_time_s']:.0f} s")
-    if args.what == "train-only" or not args.results:
-        return 0
-    start = time.perf_counter()
-    score = {"sweep": score_sweep, "base": score_base, "board": score_board}[args.what]
-    result.update(score(args, [folder for _, folder in jobs]))
-    result["score_wall_time_s"] = round(time.perf_counter() - start, 1)
+    # the call's provenance (attnbook.store); each run's own threads are the call's threads
+    with store.record(store.command_line("attnbook.experiments", argv), threads=args.threads,
+                      processes=args.jobs, note=args.note) as call:
+        start = time.perf_counter()
+        train_all(jobs, args.jobs, args.threads, args.data_dir, args.device)
+        call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
+        print(f"trained {len(jobs)} runs in {call.extra['this_call_train_wall_time_s']:.0f} s")
+        if args.what == "train-only" or not args.results:
+            return 0
+        start = time.perf_counter()
+        score = {"sweep": score_sweep, "base": score_base, "board": score_board}[args.what]
+        result = {"preset": args.preset, **score(args, [folder for _, folder in jobs])}
+        call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
+    call.hardware["cpu_threads"] = args.threads
     # the runs may have been trained by earlier calls (an interrupted command continues)
     result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in result["runs"]), 1)
-    result["load_average_after"] = round(os.getloadavg()[0], 2)
-    args.results.mkdir(parents=True, exist_ok=True)
     name = {"sweep": "sweep.json", "board": "board.json", "base": "cpu_base.json"}[args.what]
-    (args.results / name).write_text(json.dumps(result, indent=1) + "\n")
+    store.write(args.results / name, store.result(
+        {"base": "base"}.get(args.what, args.what), result, call))
     print(f"wrote {args.results / name}")
     return 0
 

@@ -52,6 +52,7 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
+from . import store
 from .bench_suite import save_plot
 from .bleu import bleu
 from .cli import Parser, fail
@@ -265,6 +266,7 @@ def best_runs(plan: Plan, runs: dict) -> dict:
 
 def _child_env(plan: Plan, work: Path, data_dir: Path | None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ATTNBOOK_CACHE=str(work / "cache"),
+               ATTNBOOK_GIT_COMMIT=git_commit() or "",
                ATTNBOOK_DETERMINISM="warn", CUBLAS_WORKSPACE_CONFIG=":4096:8",
                OMP_NUM_THREADS=str(plan.threads), PYTHONUNBUFFERED="1",
                TORCHINDUCTOR_COMPILE_THREADS="2")
@@ -373,23 +375,21 @@ def summarise(plan: Plan, out: Path, work: Path, parts: dict, start: float, usag
     scores = json.loads((work / "score.json").read_text()) if (work / "score.json").is_file() \
         else {}
     end = resource.getrusage(resource.RUSAGE_CHILDREN)
-    summary = {
+    call = store.Provenance(     # the one provenance record (attnbook.store)
+        command="python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry" else "")
+        + " --out OUT", git_commit=git_commit() or "",
+        date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start)) + " UTC",
+        hardware=check.get("versions") or versions(), threads=plan.threads,
+        processes=len(plan.candidates), load_after=[round(x, 2) for x in os.getloadavg()],
+        wall_s=round(time.time() - start, 1),
+        cpu_s=round(end.ru_utime + end.ru_stime - usage.ru_utime - usage.ru_stime, 1),
+        extra={"gpu": check.get("gpu"),
+               "processes_at_once": {"train": len(plan.candidates), "other parts": 1}})
+    summary = store.result("gpu_run", {
         "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.name == "dry",
-        "provenance": {
-            "command": "python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry"
-                                                       else "") + " --out OUT",
-            "git_commit": git_commit(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start)) + " UTC",
-            "hardware": check.get("gpu"), "versions": check.get("versions") or versions(),
-            "processes_at_once": {"train": len(plan.candidates), "other parts": 1},
-            "threads_per_process": plan.threads,
-            "load_average_end": list(os.getloadavg()),
-            "wall_s": round(time.time() - start, 1),
-            "cpu_s": round(end.ru_utime + end.ru_stime - usage.ru_utime - usage.ru_stime, 1)},
         "plan": {k: v for k, v in asdict(plan).items() if k != "candidates"},
         "parts": parts, "check": {k: v for k, v in check.items() if k != "versions"},
-        "candidates": runs, "best": best_runs(plan, runs), "scores": scores,
-    }
+        "candidates": runs, "best": best_runs(plan, runs), "scores": scores}, call)
     _write(out / "gpu_run.json", summary)
     if any(r["curve"] for r in runs.values()):
         plot_candidates(summary, out / "gpu_run.png")
@@ -403,7 +403,7 @@ def plot_candidates(summary: dict, path: Path) -> None:
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
     best = set(summary["best"].values())
-    device = (summary["provenance"]["hardware"] or {}).get("name", summary["plan"]["device"])
+    device = (summary["calls"][0]["extra"]["gpu"] or {}).get("name", summary["plan"]["device"])
     for i, (name, run) in enumerate(summary["candidates"].items()):
         if not run["curve"]:
             continue
@@ -417,7 +417,7 @@ def plot_candidates(summary: dict, path: Path) -> None:
         ax.set(xlabel=xlabel, ylabel="validation loss (nats per token)",
                title=f"Candidates trained at once on {device}")
     axes[1].legend(fontsize=8)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata=store.figure_metadata(summary))
 
 
 # --- before and after the call -----------------------------------------------------------------
@@ -515,7 +515,7 @@ def _main(args) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="attnbook-gpu-run-"))
     summary = run_call(plan, args.out.resolve(), work.resolve(), data_dir, args.only)
     print(json.dumps({"parts": {k: v["status"] for k, v in summary["parts"].items()},
-                      "best": summary["best"], "wall_s": summary["provenance"]["wall_s"]}))
+                      "best": summary["best"], "wall_s": summary["calls"][0]["wall_s"]}))
     return 0
 
 

@@ -27,22 +27,20 @@ and its neighbours, for cross-attention the monotone alignment) and the mean wei
 first key (the sink: ``<s>`` in the decoder, the first piece in the encoder). Averages are over
 real query positions, padding excluded.
 
-Writes ``OUT`` (JSON: the command, hardware, threads, versions, wall and processor time; no
-absolute paths) and, with ``--figure``, a scatter plot of each head's loss increase against its
+Writes ``OUT`` (JSON in :mod:`attnbook.store`'s format: its provenance record has the command,
+git commit, hardware, threads, versions, wall and processor time; no absolute paths) and, with ``--figure``, a scatter plot of each head's loss increase against its
 entropy (SVG).
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
-import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
 
-from . import __version__
+from . import __version__, store
 from .batching import TranslationBatches, translation_loss
 from .bleu import bleu
 from .cli import Parser, UsageError, add_common, apply_common, fail
@@ -52,7 +50,6 @@ from .mha import MultiHeadAttention, recording
 from .plotting import OKABE_ITO, use_book_style
 from .recipe import forward_logits
 from .runs import RunError, load_run
-from .sweeps import header
 
 # id: (name, module name pattern; the layer number goes in the braces), as on the attention page
 KINDS = {"enc": ("encoder self-attention", "encoder.{}.self_attn"),
@@ -269,7 +266,7 @@ def figure(result: dict, path: Path) -> Path:
         ax.legend(loc="upper right")
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="svg", metadata={"Date": None})
+        fig.savefig(path, format="svg", metadata={"Date": None, **store.figure_metadata(result)})
     return path
 
 
@@ -291,16 +288,14 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("give --run, --out and --figure relative to the repository: "
                              "they are recorded in the results")
         apply_common(args)
-        start, cpu = time.perf_counter(), time.process_time()
-        result = header("", "python -m attnbook.head_ablation " + " ".join(argv), 1,
-                        torch.get_num_threads())
-        del result["preset"], result["note"]
-        result.update(ablation_study(args.run, args.average, args.every, args.data_dir,
-                                     device="cpu"))
-        result["wall_time_s"] = round(time.perf_counter() - start, 1)
-        result["cpu_time_s"] = round(time.process_time() - cpu, 1)   # < wall on a busy machine
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        with store.record(store.command_line("attnbook.head_ablation", argv),
+                          threads=torch.get_num_threads()) as call:
+            result = ablation_study(args.run, args.average, args.every, args.data_dir,
+                                    device="cpu")
+        name = "head_ablation" + ("_cpu_tiny" if args.out.parent.name == "head_ablation_cpu_tiny"
+                                  else "")
+        result = store.result(name, result, call)
+        store.write(args.out, result)
         print(f"wrote {args.out}")
         if args.figure:
             print(f"wrote {figure(result, args.figure)}")

@@ -20,16 +20,14 @@ initialised Transformers of several widths (chapter 4 runs it live).
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from .attention import causal_mask
+from . import store
 from .batching import make_batch
 from .cli import Parser, fail
 from .data import load_multi30k
@@ -37,7 +35,6 @@ from .mha import MultiHeadAttention
 from .recipe import build_model, forward_logits
 from .runs import RunError, load_run
 from .transformer import Transformer, TransformerConfig
-from .utils import versions
 
 STATS = ("var_q", "var_k", "var_dot", "var_scaled", "row_var_scaled")
 
@@ -188,15 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
-    load, start = round(os.getloadavg()[0], 2), time.perf_counter()
     try:
-        result = measure_run(args.run, args.average, args.sentences)
+        with store.record(store.command_line("attnbook.score_scales", argv)) as call:
+            result = measure_run(args.run, args.average, args.sentences)
     except RunError as e:
         return fail(e)
-    result = {"command": "python -m attnbook.score_scales " + " ".join(argv),
-              "average": args.average, "date": time.strftime("%Y-%m-%d", time.gmtime()),
-              "hardware": versions(), "load_average_before": load,
-              "wall_time_s": round(time.perf_counter() - start, 1),
+    result = {"average": args.average,
               "stats": {"var_q": "Var of the entries of the queries, at real query positions",
                         "var_k": "Var of the entries of the keys, at real key positions",
                         "var_dot": "Var(q . k) over the (query, key) pairs that may attend",
@@ -204,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                         "row_var_scaled": "variance of q . k / sqrt(d_k) within one query's row, "
                                           "averaged over real queries and heads"},
               **result}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    store.write(args.out, store.result("score_scales", result, call))
     print(f"wrote {args.out}")
     return 0
 

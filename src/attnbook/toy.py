@@ -298,9 +298,10 @@ def check_stored_run(result: dict, name: str, acc: dict, history: Sequence[float
     difference = run_difference(stored, acc, history, alignment)
     if difference and made_on_this_machine(result):
         raise AssertionError(f"seed 0 of {name!r} differs from this run by {difference:.3g}: the "
-                             f"results file is stale; remake it with `{result['command']}`")
+                             f"results file is stale; remake it with `{result.rebuild}`")
     if difference:
+        hw = result.calls[0].hardware
         warnings.warn(f"seed 0 of {name!r} differs from this run by {difference:.3g}; the file "
-                      f"was made on another machine ({result['environment']['cpu']}, torch "
-                      f"{result['environment']['torch']}), where floating-point details differ")
+                      f"was made on another machine ({hw['cpu']}, torch {hw['torch']}), where "
+                      "floating-point details differ")
     return difference

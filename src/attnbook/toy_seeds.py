@@ -25,22 +25,20 @@ mean of the last 50 steps, as chapter 3 prints it), the loss in blocks of 50 ste
 time; for the models without attention the accuracy of each output position on 20-symbol sources
 (chapter 1's measurement), and for the attention models the statistics of their weights on
 chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`, or
-:func:`attnbook.toy.copy_alignment` for the copy task). The JSON also names the settings, the
-date, the hardware, the versions, the threads (1) and the wall time; chapters 1-3 load it.
+:func:`attnbook.toy.copy_alignment` for the copy task). The JSON (:mod:`attnbook.store`'s format)
+also names the settings, and its provenance record the command, git commit, date, hardware,
+versions, threads (1), wall and CPU time; chapters 1-3 load it.
 
-``--merge`` runs only the runs named by ``--runs`` and puts them into the existing JSON: its
-other runs, its timing and its top-level record of the call that made it stay as they were, and
-the merging call is recorded under ``"merged"`` (its command, date, hardware, versions, runs and
-times), so each run still names the call that made it:
+``--merge`` runs only the runs named by ``--runs`` and merges them into the existing JSON by
+(name, seed) (:func:`attnbook.store.merge`; other seeds or scale are a one-line error): its other
+runs and its timing stay as they were, and the merging call is appended to its ``calls`` with
+the runs it made, so each run still names the call that made it:
 
     python -m attnbook.toy_seeds --results results/cpu --runs copy --no-timing --merge
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -48,14 +46,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import PAD_ID
+from . import PAD_ID, store
 from .cli import Parser, fail
 from .rnn import Seq2Seq
 from .toy import (PART1, accuracy_by_length, copy_alignment, greedy_tokens, make_batch,
                   reversal_alignment, train_toy, vocab_size)
-from .utils import count_parameters, deterministic, versions
+from .utils import count_parameters, deterministic
+from .registry import SEEDS
 
-SEEDS = (0, 1, 2)
 STEPS, SCORE_STEPS, D_MODEL = PART1["train"]["steps"], PART1["score_steps"], PART1["d_model"]
 # name: the model (Seq2Seq's arguments), its training steps, and where the book shows it
 RUNS = {
@@ -155,26 +153,44 @@ def spread(runs: list[dict], key: str) -> dict:
 
 
 def merged(old: dict, new: dict) -> dict:
-    """``old`` (a toy_seeds.json) with the runs of ``new`` (a call with ``--merge``) put in.
-
-    The runs of ``new`` replace any of ``old`` with the same name and seed; the runs are listed
-    in the order of :data:`RUNS`, then seed. ``old``'s record of the call that made it stays; the
-    new call is appended to ``"merged"``, with the names of its runs.
-    """
-    names = list(new["run_specs"])
-    runs = [r for r in old["runs"] if r["name"] not in names] + new["runs"]
+    """``old`` (a toy_seeds.json) with the runs of ``new`` (a call with ``--merge``) put in, by
+    :func:`attnbook.store.merge`: the runs of ``new`` replace any of ``old`` with the same name
+    and seed (other seeds or scale: a one-line ResultError); the runs are listed in the order of
+    :data:`RUNS`, then seed; ``old``'s timing stays, and the new call is appended to ``calls``
+    with the keys of its runs."""
+    out = store.merge(old, new, "runs", by=("name", "seed"), same=("seeds", "scale"))
     order = {name: i for i, name in enumerate(RUNS)}
-    runs.sort(key=lambda r: (order.get(r["name"], len(order)), r["seed"]))
-    call = {key: new[key] for key in ("command", "note", "date", "environment", "threads",
-                                      "load_average_before", "wall_time_s", "cpu_time_s")}
+    runs = sorted(out["runs"], key=lambda r: (order.get(r["name"], len(order)), r["seed"]))
     specs = old["run_specs"] | new["run_specs"]
-    return old | {
+    return out | {
         "run_specs": {name: specs[name] for name in sorted(specs, key=lambda n: order.get(n, 99))},
         "runs": runs,
         "spread": {name: {key: spread([r for r in runs if r["name"] == name], key)
                           for key in ("exact", "token")}
-                   for name in sorted({r["name"] for r in runs}, key=lambda n: order.get(n, 99))},
-        "merged": old.get("merged", []) + [call | {"runs": names}]}
+                   for name in sorted({r["name"] for r in runs}, key=lambda n: order.get(n, 99))}}
+
+
+def runs_of(args) -> dict:
+    """The data of toy_seeds.json: the runs of ``--runs`` and ``--seeds``, their spread, and
+    (``--timing``) ex-03-predict-cost's step times."""
+    result = {"scale": "tiny" if args.tiny else "full", "seeds": args.seeds,
+              "settings": PART1 | {"n_per_length": 200},
+              "run_specs": {name: RUNS[name] for name in args.runs}, "runs": []}
+    if args.tiny:
+        result["settings"] = result["settings"] | {"tiny": TINY}
+    for name in args.runs:
+        for seed in args.seeds:
+            r = run(name, seed, tiny=args.tiny)
+            result["runs"].append(r)
+            print(f"{name:18s} seed {seed}: final loss {r['final_loss']:.3f}, exact match at "
+                  f"{PART1['lengths'][-1]} symbols {r['exact'][-1]:.2f} "
+                  f"({r['train_seconds']:.0f} s)", flush=True)
+    if args.timing:
+        result["predict_cost"] = step_times(tiny=args.tiny)
+        print("ms per training step:", result["predict_cost"]["ms_per_step"], flush=True)
+    result["spread"] = {name: {key: spread([r for r in result["runs"] if r["name"] == name], key)
+                               for key in ("exact", "token")} for name in args.runs}
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,46 +223,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         if args.timing:
             p.error("--merge keeps the file's timing: give --no-timing with it")
-        try:
-            old = json.loads(out.read_text())
-        except FileNotFoundError:
+        if not out.is_file():
             p.error(f"--merge needs an existing {out}; run without --merge first")
-        except json.JSONDecodeError as e:
-            p.error(f"{out} is not valid JSON ({e.msg}); move it away, or run without --merge")
+        try:
+            old = store.read(out)
+        except store.ResultError as e:
+            return fail(e)
         if old.get("seeds") != args.seeds or old.get("scale") != ("tiny" if args.tiny else "full"):
             p.error(f"{out} has seeds {old.get('seeds')} at scale {old.get('scale')!r}: merge "
                     "runs with the same seeds and scale")
     torch.set_num_threads(1)                 # as the chapters (train_toy uses one thread anyway)
-    start, cpu = time.perf_counter(), time.process_time()
-    result = {"command": shlex.join(["python", "-m", "attnbook.toy_seeds", *argv]),
-              "note": args.note, "scale": "tiny" if args.tiny else "full",
-              "date": time.strftime("%Y-%m-%d", time.gmtime()),
-              "environment": versions(), "threads": torch.get_num_threads(),
-              "load_average_before": round(os.getloadavg()[0], 2),
-              "seeds": args.seeds, "settings": PART1 | {"n_per_length": 200},
-              "run_specs": {name: RUNS[name] for name in args.runs}, "runs": []}
-    if args.tiny:
-        result["settings"] = result["settings"] | {"tiny": TINY}
-    for name in args.runs:
-        for seed in args.seeds:
-            r = run(name, seed, tiny=args.tiny)
-            result["runs"].append(r)
-            print(f"{name:18s} seed {seed}: final loss {r['final_loss']:.3f}, exact match at "
-                  f"{PART1['lengths'][-1]} symbols {r['exact'][-1]:.2f} "
-                  f"({r['train_seconds']:.0f} s)", flush=True)
-    if args.timing:
-        result["predict_cost"] = step_times(tiny=args.tiny)
-        print("ms per training step:", result["predict_cost"]["ms_per_step"], flush=True)
-    result["spread"] = {name: {key: spread([r for r in result["runs"] if r["name"] == name], key)
-                               for key in ("exact", "token")} for name in args.runs}
-    result["wall_time_s"] = round(time.perf_counter() - start, 1)
-    result["cpu_time_s"] = round(time.process_time() - cpu, 1)    # < wall on a busy machine
-    seconds = result["wall_time_s"]
-    if old is not None:
-        result = merged(old, result)
+    command = store.command_line("attnbook.toy_seeds", argv)
+    with store.record(command, threads=torch.get_num_threads(), note=args.note) as call:
+        result = runs_of(args)
+    seconds = call.wall_s
+    result = store.result("toy_seeds", result, call)
     try:
-        args.results.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        if old is not None:
+            result = merged(old, result)
+        store.write(out, result)
+    except store.ResultError as e:
+        return fail(e)
     except OSError as e:
         return fail(f"cannot write {args.results / 'toy_seeds.json'}: {e.strerror}; "
                     "give a folder you can write to")

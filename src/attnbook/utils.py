@@ -1,11 +1,9 @@
 """Small helpers every notebook uses: seeding, determinism, the device, its precision, versions."""
 import contextlib
-import json
 import os
 import platform
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -182,27 +180,18 @@ def versions() -> dict:
     return info
 
 
-def made_on_this_machine(result: dict) -> bool:
-    """Whether a committed result (its ``"environment"``, as :func:`versions` records it) was made
+def made_on_this_machine(result) -> bool:
+    """Whether a committed result (the hardware its last call recorded, as :func:`versions`
+    records it; or a call, or an old-style dict with an ``"environment"``) was made
     with this machine's processor and this version of PyTorch: there, a deterministic run on the
     CPU reproduces it bit for bit. Elsewhere floating-point details (another instruction set,
     another kernel) may differ, and a long training run with them."""
-    env = result.get("environment", {})
+    calls = getattr(result, "calls", None)
+    env = (calls[-1].hardware if calls else getattr(result, "hardware", None)
+           or result.get("environment", {}))
     return env.get("cpu") == _cpu_name() and env.get("torch") == torch.__version__
 
 
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of trainable parameters of ``model``."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def load_results(relative: str, how: str = "") -> dict:
-    """The committed result ``results/<relative>`` (JSON), found in this folder or a parent (the
-    book's repository): how the notebooks load what a longer command measured. ``how``: the
-    command that makes the file, named in the error when it is missing."""
-    for folder in [Path.cwd(), *Path.cwd().parents]:
-        if (folder / "results" / relative).is_file():
-            return json.loads((folder / "results" / relative).read_text())
-    raise FileNotFoundError(f"results/{relative} not found: the book's pages show results "
-                            "committed in its repository; open the notebook from a clone of the "
-                            "repository" + (f", or make the file with `{how}`" if how else ""))

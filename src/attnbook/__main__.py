@@ -1,0 +1,131 @@
+"""``python -m attnbook <command> ...``: the book's commands under one name.
+
+    python -m attnbook run --list                  # every experiment, its result file and cost
+    python -m attnbook run NAME                    # as it made its committed result file
+    python -m attnbook run NAME --seeds 0 1        # other seeds (merged by key into the file)
+    python -m attnbook run NAME --only KEY         # one part (a run, a variant, an exercise)
+    python -m attnbook run NAME --tiny --out DIR   # a tiny run into DIR (relative; default
+                                                   # runs/tiny/NAME): seconds (the tests)
+    python -m attnbook run --convert               # re-express old result files in the format
+    python -m attnbook train ...                   # = python -m attnbook.train ... (any command)
+
+``run`` looks NAME up in :mod:`attnbook.registry` and calls its command's ``main`` (found by name,
+as ``python -m`` finds it); the command writes its result through :mod:`attnbook.store`.
+Mistakes are one line ``error: ...`` and exit status 2.
+"""
+from __future__ import annotations
+
+import importlib
+import shlex
+import sys
+from pathlib import Path
+
+from .cli import Parser, fail
+from .convert import EXPERIMENT_OF, convert_file
+from .registry import EXPERIMENTS, run
+from . import store
+from .store import ResultError, find
+
+def commands() -> list[str]:
+    """The package's commands: its modules run as ``python -m attnbook.X`` (and packages with a
+    ``__main__.py``, such as attnbook.data)."""
+    src = Path(__file__).resolve().parent
+    found = {p.stem for p in src.glob("*.py")
+             if p.name != "__main__.py" and '__name__ == "__main__"' in p.read_text()}
+    return sorted(found | {p.parent.name for p in src.glob("*/__main__.py")})
+
+
+def listing() -> str:
+    lines = []
+    for e in EXPERIMENTS.values():
+        files = ", ".join(f"results/{r}" for r in e.result)
+        lines.append(f"{e.name:<23} {files}\n{'':<23} shown in {e.shown_in}; cost {e.cost()}"
+                     + (f"; needs {e.needs}" if e.needs else ""))
+    return "\n".join(lines)
+
+
+def convert_all() -> int:
+    """``run --convert``: every result file of an older writer into the one format."""
+    for relative in EXPERIMENT_OF:
+        path = find(relative)
+        if path is not None:
+            changed = convert_file(Path(path), relative)
+            print(f"results/{relative}: {'converted' if changed else 'already in the format'}")
+    return 0
+
+
+def run_command(argv: list[str]) -> int:
+    p = Parser(prog="python -m attnbook run",
+               description="Run a named experiment of the book (see --list).")
+    p.add_argument("name", nargs="?", choices=sorted(EXPERIMENTS), metavar="NAME",
+                   help="the experiment: " + ", ".join(EXPERIMENTS))
+    p.add_argument("--list", action="store_true", help="list the experiments, files and costs")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                   help="other seeds than the experiment's (default 0 1 2); on an existing "
+                        "result only with --only or --tiny")
+    p.add_argument("--only", metavar="KEY", help="run one part (merged by key into the file)")
+    p.add_argument("--tiny", action="store_true", help="a tiny run (seconds; the tests)")
+    p.add_argument("--out", help="with --tiny: the folder to write into, relative to the "
+                                 "repository (default runs/tiny/NAME)")
+    p.add_argument("--convert", action="store_true",
+                   help="rewrite the old result files in the one format (no retraining)")
+    args = p.parse_args(argv)
+    if args.list:
+        print(listing())
+        return 0
+    if args.convert:
+        return convert_all()
+    if args.name is None:
+        p.error("give an experiment's NAME, or --list")
+    e = EXPERIMENTS[args.name]
+    if args.tiny and not e.tiny:
+        return fail(f"{e.name} has no tiny run (it needs {e.needs or 'a long run'}); run it "
+                    "without --tiny")
+    out = (args.out or f"runs/tiny/{e.name}") if args.tiny else None   # relative, as recorded
+    try:
+        cmd = e.argv(out, args.seeds, args.only)
+    except ResultError as err:
+        return fail(err)
+    made = [f"results/{r}" for r in e.result if find(r)]
+    if args.seeds and not (args.tiny or args.only) and made:
+        return fail(f"--seeds without --only would replace {', '.join(made)} (all of its rows); "
+                    "give --only KEY to redo or add a part, or move the file away first")
+    seeds = args.seeds or e.seeds
+    if "{seed}" in " ".join(cmd):                  # one call a seed (head_ablation_cpu_tiny)
+        runs = [[a.replace("{seed}", str(s)) for a in cmd] for s in seeds]
+    else:
+        runs = [cmd]
+    # the records name the command as typed (store.record), the module's in their extra
+    store.AS_TYPED = shlex.join(["python", "-m", "attnbook", "run", *argv])
+    try:
+        for one in runs:
+            print(f"python -m attnbook.{e.module} {' '.join(one)}", flush=True)
+            status = run(e.name, one, out)
+            if status:
+                return status
+    finally:
+        store.AS_TYPED = ""
+    if out:
+        print(f"tiny run written under {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return run_command(rest)
+    if command not in commands():
+        return fail(f"unknown command {command!r}; give run or one of {', '.join(commands())}; "
+                    "see `python -m attnbook --help`")
+    module = importlib.import_module(f"attnbook.{command}")
+    if not hasattr(module, "main"):                            # a package: attnbook.data
+        module = importlib.import_module(f"attnbook.{command}.__main__")
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""One registry of named experiments: each committed result file under ``results/`` is made by
+exactly one of them, and ``python -m attnbook run NAME`` runs any of them.
+
+An :class:`Experiment` names the command module that does the work (run by name, as ``python -m``
+would: the library imports no command), the arguments of the full run that made the committed
+file, those of a tiny run (seconds; the tests), how ``--seeds`` and ``--only KEY`` are passed on,
+and the chapters that show it. Its cost is read from the committed file's provenance record
+(:mod:`attnbook.store`): the CPU time of its calls (their wall time where none was recorded).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import store
+from .store import ResultError, find, read
+
+SEEDS = (0, 1, 2)        # every experiment's seeds, unless it says otherwise
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    module: str                 # the command that runs it: attnbook.<module>.main(argv)
+    result: tuple               # the file(s) it owns under results/
+    shown_in: str
+    args: tuple                 # the full run's arguments (as the committed file was made)
+    tiny: tuple = ()            # a tiny run's arguments; "{out}" is the folder it writes into
+    seeds: tuple = SEEDS
+    seeds_flag: str = "--seeds"   # "" if it takes no seeds
+    only: tuple = ()            # arguments of --only KEY ("{key}" replaced)
+    needs: str = ""             # what must exist before it runs
+    collect: str = ""           # for a command that writes no result: the run folder whose
+    #                             metrics.json becomes the result (collect_metrics)
+
+    def argv(self, tiny_out: str | None = None, seeds=None, only=None) -> list[str]:
+        """The command's arguments: the full run's, or (``tiny_out``) a tiny run's into that
+        folder; ``seeds`` and ``only`` passed on as the command takes them."""
+        args = [a.replace("{out}", tiny_out or "") for a in (self.tiny if tiny_out else self.args)]
+        if seeds is not None and "{seed}" not in " ".join(args):    # else: one call a seed
+            if not self.seeds_flag:
+                raise ResultError(f"{self.name} takes no seeds; run it without --seeds")
+            args += [self.seeds_flag, *map(str, seeds)]
+        if only is not None:
+            if not self.only:
+                raise ResultError(f"{self.name} has no parts to run alone; run it without --only")
+            args += [a.replace("{key}", only) for a in self.only]
+        return args
+
+    def cost(self) -> str:
+        """What the committed file(s) cost, from their provenance: the CPU time of the calls
+        (their wall time where none was recorded), or, for a file of training runs made in
+        earlier calls and reused, the training time its runs record."""
+        seconds, trained, calls, wall = 0.0, 0.0, 0, False
+        for relative in self.result:
+            path = find(relative)
+            if path is None:
+                continue
+            res = read(path)
+            trained += res.get("train_time_s_sum", res.get("train_time_s", 0.0))
+            for call in res.get("calls", []):
+                calls += 1
+                seconds += call.get("cpu_s") or call.get("wall_s") or 0.0
+                wall |= not call.get("cpu_s")
+        if not calls:
+            return "not made yet"
+        if trained > seconds:
+            return (f"{trained / 60:.0f} min of training (the training time its runs record), "
+                    f"{calls} call(s)")
+        kind = "min (wall time; no CPU time recorded)" if wall else "CPU-min"
+        return f"{seconds / 60:.1f} {kind}, {calls} call(s)"
+
+
+def _exp(*a, **kw) -> Experiment:
+    return Experiment(*a, **kw)
+
+
+EXPERIMENTS = {e.name: e for e in [
+    _exp("toy_seeds", "toy_seeds", ("cpu/toy_seeds.json",), "chapters 1-3",
+         ("--results", "results/cpu"), tiny=("--results", "{out}", "--tiny", "--no-timing"),
+         only=("--runs", "{key}", "--no-timing", "--merge")),
+    _exp("exercises", "exercise_runs", ("cpu/exercises.json",), "chapters 5-10",
+         ("--results", "results/cpu"), seeds_flag="",
+         tiny=("--results", "{out}", "--tiny", "--only", "ex-06-too-good"),
+         only=("--only", "{key}")),
+    _exp("beyond", "beyond_runs", ("cpu/beyond.json",), "chapter 11",
+         ("--out", "results/cpu/beyond.json"),
+         tiny=("--out", "{out}/beyond.json", "--steps", "2", "--only", "reversal"),
+         only=("--only", "{key}")),
+    _exp("ablations", "ablations", ("cpu/ablations.json",),
+         "chapters 5, 7 and 9, the ablations appendix",
+         ("--out", "runs/ablations", "--results", "results/cpu", "--jobs", "2", "--threads", "1"),
+         tiny=("--out", "{out}/runs", "--results", "{out}", "--variants", "base", "--steps", "2",
+               "--sentences", "8", "--jobs", "1"),
+         only=("--variants", "{key}", "--merge"), needs="Multi30k"),
+    _exp("sweep", "experiments", ("cpu/sweep.json",), "chapter 9",
+         ("sweep", "--preset", "cpu-tiny", "--out", "runs/sweep", "--results", "results/cpu"),
+         seeds_flag="", tiny=("sweep", "--preset", "smoke", "--models", "transformer",
+                              "--max-steps", "2",
+                              "--sentences", "8", "--out", "{out}/runs", "--results", "{out}"),
+         needs="Multi30k"),
+    _exp("board", "experiments", ("cpu/board.json",), "chapters 8-10",
+         ("board", "--preset", "cpu-tiny", "--out", "runs/board", "--reuse", "runs/sweep",
+          "--results", "results/cpu"),
+         tiny=("board", "--preset", "smoke", "--models", "transformer", "--seeds", "0",
+               "--sentences", "8",
+               "--out", "{out}/runs", "--results", "{out}"), needs="Multi30k; the sweep's runs"),
+    _exp("base", "experiments", ("cpu/cpu_base.json",), "chapter 9, the attention-map pages of the book",
+         ("base", "--out", "runs/cpu-base", "--results", "results/cpu", "--jobs", "1",
+          "--threads", "2"), seeds_flag="", needs="Multi30k",
+         tiny=("base", "--max-steps", "2", "--sentences", "8", "--jobs", "1", "--out",
+               "{out}/runs", "--results", "{out}")),
+    _exp("timing_2threads", "train", ("cpu/cpu_tiny_transformer_2threads.json",), "chapter 9",
+         ("--preset", "cpu-tiny", "--out", "runs/timing", "--threads", "2"), seeds_flag="",
+         tiny=("--preset", "smoke", "--out", "{out}/timing", "--threads", "1", "--max-steps",
+               "2"),
+         needs="Multi30k; its run's metrics.json is the result", collect="--out"),
+    _exp("head_ablation", "head_ablation", ("cpu/head_ablation.json",),
+         "chapter 9, the attention-map pages of the book",
+         ("--run", "runs/cpu-base/medium", "--average", "5", "--out",
+          "results/cpu/head_ablation.json", "--figure", "results/cpu/head_ablation.svg"),
+         seeds_flag="", tiny=("--run", "{out}/timing", "--every", "0", "--out",
+                              "{out}/head_ablation.json"),
+         needs="the run folder runs/cpu-base/medium (experiment base; tiny: the tiny run of "
+               "timing_2threads in the same folder)"),
+    _exp("head_ablation_cpu_tiny", "head_ablation",
+         tuple(f"cpu/head_ablation_cpu_tiny/seed{s}.json" for s in SEEDS), "the attention-map pages of the book",
+         ("--run", "runs/ablations/base/transformer_lr0.006_seed{seed}_steps1200", "--out",
+          "results/cpu/head_ablation_cpu_tiny/seed{seed}.json"), seeds_flag="",
+         tiny=("--run", "{out}/timing", "--every", "0", "--out",
+               "{out}/head_ablation_cpu_tiny/seed{seed}.json"),
+         needs="the ablations' base runs (experiment ablations; tiny: as head_ablation)"),
+    _exp("score_scales", "score_scales", ("cpu/score_scales.json",), "chapter 4",
+         ("--run", "runs/cpu-base/medium", "--average", "5", "--out",
+          "results/cpu/score_scales.json"), seeds_flag="",
+         tiny=("--run", "{out}/timing", "--average", "1", "--sentences", "16", "--out",
+               "{out}/score_scales.json"),
+         needs="the run folder runs/cpu-base/medium (experiment base; tiny: as head_ablation)"),
+    _exp("bench", "benchmarks",
+         tuple(f"bench/{kind}/{s}.json" for kind in ("cpu", "cuda")
+               for s in ("attention", "decoding", "recurrence", "training")),
+         "the performance appendix, chapter 11 (cuda: run by the GPU call)",
+         ("--threads", "1", "--out", "results/bench"),
+         seeds_flag="", tiny=("--quick", "--device", "cpu", "--threads", "1", "--only",
+                              "decoding", "--out", "{out}"),
+         only=("--only", "{key}")),
+    _exp("gpu_run", "gpu_run", ("gpu/gpu_run.json",), "chapter 9 (once made)",
+         ("--out", "OUT"), seeds_flag="",
+         needs="a GPU machine: make gpu-data, then make gpu-run (tools/gpu_run.sh; its "
+               "--dry-run is tested by tests/test_gpu_run.py), then --collect"),
+]}
+
+
+# The provenance keys of a run's metrics.json (attnbook.training), moved into the record.
+METRICS_PROVENANCE = ("hardware", "date", "threads", "processes")
+
+
+def collect_metrics(run_folder: Path, target: Path, call: store.Provenance) -> Path:
+    """Write the metrics.json of a run folder as the result ``target`` of the call that trained
+    it: the run's own record of threads, processes, hardware and date moves into the call."""
+    metrics = json.loads((Path(run_folder) / "metrics.json").read_text())
+    call.threads, call.processes = metrics.get("threads"), metrics.get("processes", 1)
+    call.hardware = metrics.get("hardware", call.hardware)
+    data = {k: v for k, v in metrics.items() if k not in METRICS_PROVENANCE}
+    return store.write(target, store.result("timing_2threads", data, call))
+
+
+def run(name: str, argv: list[str], tiny_out: str | None = None) -> int:
+    """Run experiment ``name``'s command with ``argv``: its ``main``, found by name (as ``python
+    -m`` finds it). An experiment with ``collect`` is recorded here, around the command, and its
+    run folder's metrics become its result (under ``tiny_out`` for a tiny run)."""
+    e = EXPERIMENTS[name]
+    module = importlib.import_module(f"attnbook.{e.module}")
+    if not e.collect:
+        return module.main(argv)
+    with store.record(store.command_line(f"attnbook.{e.module}", argv)) as call:
+        status = module.main(argv)
+    if status:
+        return status
+    folder = argv[argv.index(e.collect) + 1]
+    target = Path(tiny_out) / Path(e.result[0]).name if tiny_out else \
+        store.ROOT / "results" / e.result[0]
+    print(f"wrote {collect_metrics(folder, target, call)}")
+    return 0

@@ -1,0 +1,297 @@
+"""The one results format: every file under ``results/`` is a JSON object
+
+    {"experiment": NAME, "format": FORMAT, "calls": [Provenance, ...], ...the data...}
+
+``calls`` holds one :class:`Provenance` record per call of ``python -m attnbook run NAME`` (or of
+the command it runs) that made or changed the file, oldest first: the command as typed, the git
+commit it ran at, date, hardware and versions, threads, processes at once, load average before and
+after, wall and CPU time (children included), a note, and which rows it made. The data keys are the
+experiment's own (``runs``, ``variants``, ``settings``, ...), as the notebooks read them.
+
+* :func:`record` measures a call; :func:`result` builds a file from data and its call;
+* :func:`merge` adds a call's rows to an existing file by key: a row with the same key is replaced,
+  others are kept, the call is appended; other settings are refused (:class:`ResultError`);
+* :func:`write` writes atomically; :func:`load` is the one loader the notebooks use: a
+  :class:`Result` (the data as a dict) with ``.calls`` and ``.rebuild``, the commands that made it.
+
+Errors are :class:`ResultError` (a ValueError) with a one-line message "problem; fix".
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shlex
+import subprocess
+import time
+import zlib
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from .utils import versions
+
+FORMAT = "attnbook-result/1"
+ROOT = Path(__file__).resolve().parents[2]      # the repository, when attnbook runs from src/
+AS_TYPED = ""      # set by `python -m attnbook run`: the command as typed, recorded by record()
+
+
+class ResultError(ValueError):
+    """A result file that cannot be used or merged; the message is one line: problem; fix."""
+
+
+class MissingResult(ResultError, FileNotFoundError):
+    """A result file that does not exist."""
+
+
+@dataclass
+class Provenance:
+    """How one call made (part of) a result file."""
+
+    command: str                       # as typed: "python -m attnbook run board --seeds 0"
+    git_commit: str                    # 40 hex digits: the commit the call ran at
+    date: str                          # "2026-11-23 14:55 UTC" (converted records: as recorded)
+    hardware: dict                     # utils.versions(): processor, GPU, python, torch, ...
+    threads: int | None = None         # PyTorch threads (per process)
+    processes: int | None = None       # processes at once
+    load_before: list | None = None    # load average (1, 5, 15 min; older records: 1 min only)
+    load_after: list | None = None
+    wall_s: float | None = None
+    cpu_s: float | None = None         # user + system time, this process and its children
+    note: str = ""
+    rows: list | None = None           # keys of the rows this call made; None: all of them
+    recovered: str = ""                # for a converted record: how git_commit was found
+    extra: dict = field(default_factory=dict)   # other measurements its command recorded
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Provenance":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown or not {"command", "git_commit", "date", "hardware"} <= set(d):
+            raise ResultError(f"not a provenance record (keys {sorted(d)}); write it with "
+                              "attnbook.store.record")
+        return cls(**d)
+
+
+def git_commit(where: Path = ROOT) -> tuple[str, bool]:
+    """(the commit checked out in ``where``, whether its src/ has uncommitted changes); outside
+    a git repository (a copy on a lent GPU machine) the commit in $ATTNBOOK_GIT_COMMIT, which
+    the GPU call sets from its --prepare-data record, or ""."""
+    try:
+        head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--", "src"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("ATTNBOOK_GIT_COMMIT", ""), False
+    return head, bool(dirty)
+
+
+def _load() -> list | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def _cpu_seconds() -> float:
+    me, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                     resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def command_line(prog: str, argv) -> str:
+    """The command as typed: ``command_line("attnbook.toy_seeds", ["--tiny"])`` ->
+    'python -m attnbook.toy_seeds --tiny'."""
+    return shlex.join(["python", "-m", prog, *map(str, argv)])
+
+
+@contextmanager
+def record(command: str, *, threads: int | None = None, processes: int = 1, note: str = ""):
+    """Measure a call: ``with record(cmd, threads=1) as call: ...``; afterwards ``call`` (a
+    :class:`Provenance`) has its wall and CPU time (children included) and the load after.
+    Under ``python -m attnbook run`` the record's command is that one, as typed, and ``command``
+    (the experiment's own command that it ran) is kept in ``extra["ran"]``."""
+    commit, dirty = git_commit()
+    call = Provenance(command=AS_TYPED or command, git_commit=commit,
+                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                      hardware=versions(), threads=threads or torch.get_num_threads(),
+                      processes=processes, load_before=_load(), note=note)
+    if AS_TYPED:
+        call.extra["ran"] = command
+    if dirty:
+        call.extra["uncommitted_changes"] = True    # src/ differed from git_commit
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    try:
+        yield call
+    finally:
+        call.wall_s = round(time.perf_counter() - wall, 3)
+        call.cpu_s = round(_cpu_seconds() - cpu, 3)
+        call.load_after = _load()
+
+
+def result(experiment: str, data: dict, call: Provenance) -> dict:
+    """A result file: its experiment, the format, its one call, and the data."""
+    clash = {"experiment", "format", "calls"} & set(data)
+    if clash:
+        raise ResultError(f"data keys {sorted(clash)} are the format's own; rename them")
+    return {"experiment": experiment, "format": FORMAT, "calls": [asdict(call)], **data}
+
+
+def _key(row, by) -> str:
+    return "/".join(str(row[k]) for k in by)
+
+
+def merge(old: dict, new: dict, rows: str, by=(), same=()) -> dict:
+    """``new`` (a file of one call) merged into ``old`` by key, as a new dict.
+
+    ``rows`` names the data key holding the rows: a list of dicts keyed by the fields ``by``
+    (``rows="runs", by=("name", "seed")``), or, with ``by`` empty, a dict keyed by its keys
+    (``rows="exercises"``); ``rows=""`` with ``by`` = data keys: those top-level parts are the
+    rows. A row of ``new`` replaces the row of ``old`` with its key, others are kept in order,
+    ``new``'s call is appended (with the keys of its rows) and the other data keys come from
+    ``new``; the data keys in ``same`` must be equal in both, else ResultError (nothing written).
+    """
+    if old.get("experiment") != new.get("experiment") or old.get("format") != FORMAT:
+        raise ResultError(f"cannot merge into a file of experiment {old.get('experiment')!r}, "
+                          f"format {old.get('format')!r}, the results of "
+                          f"{new.get('experiment')!r}; "
+                          "give the experiment's own result file, or convert it first "
+                          "(python -m attnbook run --convert)")
+    for key in same:
+        if old.get(key) != new.get(key):
+            raise ResultError(f"{key} differ from those of the file (file: "
+                              f"{json.dumps(old.get(key))[:80]}, this call: "
+                              f"{json.dumps(new.get(key))[:80]}); run with the file's {key}, or "
+                              "write to another file")
+    out = {**old, **{k: v for k, v in new.items() if k != "calls"}}
+    if rows == "":
+        made = [k for k in by if k in new]
+        out.update({k: new[k] for k in made})
+        out.update({k: old[k] for k in by if k in old and k not in new})
+    elif not by:
+        made = list(new[rows])
+        out[rows] = {**old.get(rows, {}), **new[rows]}
+    else:
+        made = [_key(r, by) for r in new[rows]]
+        kept = [r for r in old.get(rows, []) if _key(r, by) not in set(made)]
+        out[rows] = kept + list(new[rows])
+    calls = [dict(c) for c in new["calls"]]
+    for c in calls:
+        c["rows"] = made
+    out["calls"] = [*old["calls"], *calls]
+    return out
+
+
+def figure_metadata(res: dict) -> dict:
+    """The metadata of a figure drawn from result ``res`` (matplotlib's ``savefig(metadata=)``):
+    its provenance record, as JSON, under "Description" (an SVG's dc:description, a PNG's text
+    chunk), so that a figure under results/ carries it too; {} for data without one."""
+    if "calls" not in res:
+        return {}
+    return {"Description": json.dumps({k: res[k] for k in ("experiment", "format", "calls")},
+                                      separators=(",", ":"))}
+
+
+def figure_provenance(path: Path) -> dict | None:
+    """The provenance record a figure written with :func:`figure_metadata` carries (PNG or SVG),
+    or None."""
+    path = Path(path)
+    if path.suffix == ".png":
+        text = _png_text(path.read_bytes()).get("Description")
+    else:
+        import html
+
+        found = re.search(r"<dc:description>(.*?)</dc:description>", path.read_text(), re.S)
+        text = html.unescape(found.group(1)) if found else None
+    return json.loads(text) if text else None
+
+
+def _png_text(data: bytes) -> dict:
+    """The text chunks (tEXt, zTXt, iTXt) of a PNG file's bytes, as {keyword: text}."""
+    out, i = {}, 8                                       # after the 8-byte signature
+    while i + 8 <= len(data):
+        n, kind = int.from_bytes(data[i:i + 4], "big"), data[i + 4:i + 8]
+        body = data[i + 8:i + 8 + n]
+        key, _, rest = body.partition(b"\0")
+        if kind == b"tEXt":
+            out[key.decode("latin-1")] = rest.decode("latin-1")
+        elif kind == b"zTXt":
+            out[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
+        elif kind == b"iTXt":
+            compressed, text = rest[0], rest[2:].split(b"\0", 2)[2]
+            out[key.decode("latin-1")] = (zlib.decompress(text) if compressed else text
+                                          ).decode("utf-8")
+        i += 12 + n
+    return out
+
+
+def write(path: Path, res: dict) -> Path:
+    """Write result ``res`` to ``path`` atomically (a crash leaves the old file or the new one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+class Result(dict):
+    """A result's data (a dict), with ``.experiment``, ``.calls`` (Provenance records),
+    ``.path`` and ``.rebuild``: the commands that made it, one line each."""
+
+    def __init__(self, res: dict, path: Path):
+        if res.get("format") != FORMAT or "calls" not in res:
+            raise ResultError(f"{path} is not in the results format {FORMAT}; convert it with "
+                              "`python -m attnbook run --convert`")
+        super().__init__({k: v for k, v in res.items() if k not in ("experiment", "format",
+                                                                     "calls")})
+        self.experiment = res["experiment"]
+        self.calls = [Provenance.from_dict(c) for c in res["calls"]]
+        self.path = path
+
+    def call_of(self, key: str) -> "Provenance":
+        """The last call that made row (or part) ``key``."""
+        for call in reversed(self.calls):
+            if call.rows is None or key in call.rows:
+                return call
+        raise ResultError(f"no call of {self.path} made {key!r}; make it with `python -m "
+                          f"attnbook run {self.experiment} --only {key}`")
+
+    @property
+    def rebuild(self) -> str:
+        return "\n".join(dict.fromkeys(c.command for c in self.calls))
+
+
+def find(relative: str) -> Path | None:
+    """``results/<relative>`` in the working folder or a parent (the book's repository)."""
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        if (folder / "results" / relative).is_file():
+            return folder / "results" / relative
+    return None
+
+
+def read(path: Path) -> dict:
+    """The JSON object in ``path``; ResultError (one line) if missing or not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MissingResult(f"no result file {path}; make it with `python -m attnbook run "
+                          "NAME` (see `python -m attnbook run --list`)") from None
+    except (OSError, ValueError) as e:
+        raise ResultError(f"{path} is not a JSON result ({type(e).__name__}); restore it with "
+                          f"`git checkout -- {path}` or make it again") from None
+
+
+def load(relative: str) -> Result:
+    """The committed result ``results/<relative>`` (e.g. "cpu/board.json"), found in this folder
+    or a parent: how the notebooks load what a longer command measured."""
+    path = find(relative)
+    if path is None:
+        raise MissingResult(f"results/{relative} not found: the book's pages show results committed "
+                          "in its repository; open the notebook from a clone of the repository, "
+                          "or make it (`python -m attnbook run --list` names the command)")
+    return Result(read(path), path)
+
+
+HEX40 = re.compile(r"[0-9a-f]{40}")

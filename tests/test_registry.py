@@ -1,0 +1,145 @@
+"""The one registry of experiments and ``python -m attnbook run``: every committed result file
+belongs to exactly one experiment, ``--list`` names each with its file and cost, and every
+experiment with a tiny run makes its result in the one format through the command."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from attnbook import store
+from attnbook.__main__ import main
+from attnbook.convert import EXPERIMENT_OF
+from attnbook.registry import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
+                                reason="needs the Multi30k files (MULTI30K_DIR)")
+
+
+def test_every_result_file_belongs_to_exactly_one_experiment():
+    owners = {}
+    for e in EXPERIMENTS.values():
+        for relative in e.result:
+            owners.setdefault(relative, []).append(e.name)
+    committed = {p.relative_to(ROOT / "results").as_posix()
+                 for p in (ROOT / "results").rglob("*.json")}
+    assert committed <= set(owners) and all(len(v) == 1 for v in owners.values())
+    for relative in committed:               # and the file says which experiment made it
+        assert json.loads((ROOT / "results" / relative).read_text())["experiment"] == \
+            owners[relative][0]
+    assert all(owners[relative] == [name] for relative, name in EXPERIMENT_OF.items())
+
+
+def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["run", "--list"]) == 0
+    out = capsys.readouterr().out
+    for e in EXPERIMENTS.values():
+        assert e.name in out and all(f"results/{r}" in out for r in e.result)
+    assert "toy_seeds" in out and "CPU-min" in out and "min of training" in out
+    assert out.count("cost ") == len(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "nope"], "invalid choice: 'nope'"),
+    (["run", "sweep", "--seeds", "0"], "sweep takes no seeds"),
+    (["run", "sweep", "--only", "x"], "sweep has no parts to run alone"),
+    (["run", "gpu_run", "--tiny"], "gpu_run has no tiny run"),
+    (["run", "toy_seeds", "--seeds", "0"], "--seeds without --only would replace "
+                                           "results/cpu/toy_seeds.json"),
+    (["run"], "give an experiment's NAME, or --list"),
+])
+def test_mistakes_are_one_line(argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)                     # where results/ is
+    try:
+        status = main(argv)
+    except SystemExit as e:
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert message in err, err
+
+
+def tiny(name: str, out: str = "tiny", *more) -> dict:
+    """Run NAME tiny into ./out (the tests chdir to a temporary folder); its result(s)."""
+    assert main(["run", name, "--tiny", "--out", out, *more]) == 0
+    return {p.relative_to(out).as_posix(): store.read(p) for p in Path(out).rglob("*.json")
+            if p.parent.name != "runs" and "runs" not in p.relative_to(out).parts
+            and p.name not in ("metrics.json", "config.json")}
+
+
+def check(result: dict, name: str, command: str) -> None:
+    """The result of experiment ``name``, its last call recorded as typed (python -m attnbook
+    run ...), with the experiment's own ``command`` that it ran."""
+    assert result["experiment"] == name and result["format"] == store.FORMAT
+    call = store.Provenance.from_dict(result["calls"][-1])
+    assert call.command.startswith(f"python -m attnbook run {name} --tiny --out tiny")
+    assert store.HEX40.fullmatch(call.git_commit) and call.extra["ran"].startswith(command)
+    assert call.wall_s >= 0 and call.cpu_s >= 0 and call.hardware["torch"] and call.date
+
+
+def test_tiny_toy_seeds_then_only_merges_by_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    made = tiny("toy_seeds", "tiny", "--seeds", "0")
+    check(made["toy_seeds.json"], "toy_seeds", "python -m attnbook.toy_seeds --results tiny")
+    assert main(["run", "toy_seeds", "--tiny", "--out", "tiny", "--seeds", "0",
+                 "--only", "copy"]) == 0
+    merged = store.read(Path("tiny/toy_seeds.json"))
+    assert [c["rows"] for c in merged["calls"]] == [None, ["copy/0"]]
+    # another seed set is refused in one line, and the file is left as it was
+    before = Path("tiny/toy_seeds.json").read_text()
+    with pytest.raises(SystemExit) as e:
+        main(["run", "toy_seeds", "--tiny", "--out", "tiny", "--seeds", "1", "--only", "copy"])
+    assert e.value.code == 2 and Path("tiny/toy_seeds.json").read_text() == before
+
+
+def test_tiny_exercises(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check(tiny("exercises")["exercises.json"], "exercises", "python -m attnbook.exercise_runs")
+
+
+def test_tiny_beyond(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check(tiny("beyond", "tiny", "--seeds", "0")["beyond.json"], "beyond",
+          "python -m attnbook.beyond_runs")
+
+
+def test_tiny_bench(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check(tiny("bench")["cpu/decoding.json"], "bench", "python -m attnbook.benchmarks")
+
+
+@needs_data
+def test_tiny_ablations(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check(tiny("ablations", "tiny", "--seeds", "0")["ablations.json"], "ablations",
+          "python -m attnbook.ablations")
+
+
+@needs_data
+def test_tiny_sweep_and_board(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    check(tiny("sweep")["sweep.json"], "sweep", "python -m attnbook.experiments sweep")
+    check(tiny("board")["board.json"], "board", "python -m attnbook.experiments board")
+    made = tiny("base")["cpu_base.json"]
+    check(made, "base", "python -m attnbook.experiments base")
+    assert {r["config"]["max_steps"] for r in made["runs"]} == {2}
+
+
+@needs_data
+def test_tiny_timing_then_what_measures_its_run(tmp_path, monkeypatch):
+    """timing_2threads trains a tiny run (its metrics become the result); head_ablation,
+    head_ablation_cpu_tiny and score_scales measure that run, tiny."""
+    monkeypatch.chdir(tmp_path)
+    made = tiny("timing_2threads")
+    check(made["cpu_tiny_transformer_2threads.json"], "timing_2threads",
+          "python -m attnbook.train --preset smoke")
+    assert made["cpu_tiny_transformer_2threads.json"]["steps"] == 2
+    check(tiny("score_scales")["score_scales.json"], "score_scales",
+          "python -m attnbook.score_scales")
+    check(tiny("head_ablation")["head_ablation.json"], "head_ablation",
+          "python -m attnbook.head_ablation")
+    made = tiny("head_ablation_cpu_tiny", "tiny", "--seeds", "0")
+    check(made["head_ablation_cpu_tiny/seed0.json"], "head_ablation_cpu_tiny",
+          "python -m attnbook.head_ablation")

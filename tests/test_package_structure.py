@@ -107,15 +107,9 @@ def test_no_module_imports_a_command_module(name):
 
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-# Notebooks that still import a command module, and what from: these names are to move into
-# library modules (and the notebooks' imports with them). The list may only shrink.
-STILL_IMPORTING_COMMANDS = {
-    "04_scaled_dot_product.ipynb": {"attnbook.score_scales"},
-    "05_multi_head_attention.ipynb": {"attnbook.ablations"},
-    "07_positional_encoding.ipynb": {"attnbook.ablations"},
-    "09_training.ipynb": {"attnbook.ablations"},
-    "appendix_ablations.ipynb": {"attnbook.ablations"},
-}
+# Notebooks that still import a command module, and what from (none: the list may only shrink,
+# and a notebook that imports a command should import the library module it re-exports instead).
+STILL_IMPORTING_COMMANDS: dict = {}
 
 
 def test_notebooks_import_no_new_command_module():

@@ -143,3 +143,34 @@ def test_tiny_timing_then_what_measures_its_run(tmp_path, monkeypatch):
     made = tiny("head_ablation_cpu_tiny", "tiny", "--seeds", "0")
     check(made["head_ablation_cpu_tiny/seed0.json"], "head_ablation_cpu_tiny",
           "python -m attnbook.head_ablation")
+
+
+# --- the commands the prose shows -----------------------------------------------------------
+
+def _prose():
+    """(page, text) of every prose page: book/*.md, the README, the notebooks' markdown."""
+    import json as _json
+    root = Path(__file__).resolve().parents[1]
+    pages = [(p.relative_to(root).as_posix(), p.read_text()) for p in sorted((root / "book").glob("*.md"))]
+    pages.append(("README.md", (root / "README.md").read_text()))
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = _json.loads(nb.read_text())["cells"]
+        pages.append((f"notebooks/{nb.name}", "\n".join("".join(c["source"]) for c in cells
+                                                         if c["cell_type"] == "markdown")))
+    return pages
+
+
+def test_the_prose_rebuilds_committed_results_only_through_the_registry():
+    """A committed result is rebuilt with `python -m attnbook run NAME` (its arguments live in
+    the registry, once); a page that writes an experiment's full command into results/cpu,
+    results/gpu or results/bench by hand would drift from it."""
+    import re
+    modules = {e.module for e in EXPERIMENTS.values()}
+    by_hand = re.compile(r"python -m attnbook\.(\w+)[^\n`]*--(?:out|results) results/(?:cpu|gpu|bench)")
+    named = re.compile(r"python -m attnbook run (?!--)([\w-]+)")
+    found = []
+    for page, text in _prose():
+        found += [f"{page}: {m.group(0)}" for m in by_hand.finditer(text) if m.group(1) in modules]
+        found += [f"{page}: unknown experiment {m.group(1)!r}" for m in named.finditer(text)
+                  if m.group(1) not in EXPERIMENTS and m.group(1) != "NAME"]
+    assert not found, "\n".join(found)

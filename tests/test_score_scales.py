@@ -9,7 +9,8 @@ import torch
 
 from attnbook.batching import make_batch
 from attnbook.recipe import build_model, override, preset
-from attnbook.score_scales import STATS, main, score_statistics, width_sweep
+from attnbook.scales import STATS, score_statistics, width_sweep
+from attnbook.score_scales import main
 from attnbook.transformer import Transformer, TransformerConfig
 
 def tiny(seed=0, **kw):

@@ -20,6 +20,8 @@ the GRU models of :mod:`attnbook.rnn` have them too (their memory is a tuple of 
 these are the book's only decoders, Part I's included (:func:`attnbook.toy.greedy_tokens` pads
 greedy outputs into a tensor and reads their attention by teacher forcing).
 Outputs are lists of token ids without BOS and EOS; PAD and BOS are never chosen.
+:func:`greedy_generate` is the decoder-only counterpart of chapter 6's toy tasks: one model
+reads the prompt and what it wrote so far and writes the next token.
 
 With ``use_cache=True`` (the default) each step feeds only the newest token, and the model keeps
 what it computed for the earlier ones in a cache (``decode(..., cache=dict)``): the keys and
@@ -89,6 +91,19 @@ def _max_lens(src_mask: torch.Tensor, max_len) -> torch.Tensor:
     if max_len is None:
         return src_mask.sum(dim=1) + 50
     return torch.as_tensor(max_len, device=src_mask.device).expand(src_mask.shape[0])
+
+
+@torch.no_grad()
+def greedy_generate(model: torch.nn.Module, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
+    """Chapter 6's greedy generation: prompt (B, P) ids -> the n_new tokens the model writes
+    (B, n_new), each the argmax of the whole vocabulary after the last token, with the whole
+    sequence run again at every step (no cache, no stop at EOS)."""
+    model.eval()
+    ids = prompt
+    for _ in range(n_new):
+        next_id = model(ids)[:, -1].argmax(dim=-1)                # (B,)
+        ids = torch.cat([ids, next_id[:, None]], dim=1)
+    return ids[:, prompt.shape[1]:]
 
 
 @torch.no_grad()

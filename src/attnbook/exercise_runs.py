@@ -59,12 +59,12 @@ from .batching import translation_loss
 from .bleu import bleu
 from .cli import Parser, add_common, fail
 from .data import DataError, load_multi30k
-from .decoding import translate
+from .decoding import greedy_generate, translate
 from .lm import lm_loss, token_positions
 from .mha import MultiHeadAttention
 from .recipe import preset
 from .runs import load_run
-from .tasks import (NeighbourReader, greedy_generate, make_caesar_copy_task, make_lookback_task,
+from .tasks import (NeighbourReader, make_caesar_copy_task, make_lookback_task,
                     make_neighbour_batch, task_accuracy, train_on_task)
 from .tokenizer import TokenizerError
 from .training import train

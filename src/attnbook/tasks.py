@@ -8,9 +8,10 @@ Symbols start at 4: ids 0-3 are PAD, UNK, BOS, EOS, as everywhere in the book.
 Models are called as ``model(inputs, mask) -> logits (B, T, n_classes)``, which is what
 :class:`attnbook.transformer.SelfAttentionStack` does.
 
-Chapter 5's neighbour task and its model, and chapter 6's greedy generation, are built inline in
-their chapters first; the versions here serve ``python -m attnbook.exercise_runs`` (the measured
-answers of the exercises), and each chapter checks that its own agrees.
+Chapter 5's neighbour task and its model are built inline in their chapter first (chapter 6's
+greedy generation too, whose package version is :func:`attnbook.decoding.greedy_generate`); the
+versions here serve ``python -m attnbook.exercise_runs`` (the measured answers of the exercises),
+and each chapter checks that its own agrees.
 """
 from __future__ import annotations
 
@@ -178,16 +179,3 @@ def make_caesar_copy_task(k: int = 4, n_symbols: int = 8, shift: int = 1) -> Tas
         return seq[:, :-1], seq[:, 1:], mask
 
     return make_batch
-
-
-@torch.no_grad()
-def greedy_generate(model: torch.nn.Module, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
-    """Chapter 6's greedy generation: prompt (B, P) ids -> the n_new tokens the model writes
-    (B, n_new), each the argmax of the whole vocabulary after the last token, with the whole
-    sequence run again at every step (no cache, no stop at EOS)."""
-    model.eval()
-    ids = prompt
-    for _ in range(n_new):
-        next_id = model(ids)[:, -1].argmax(dim=-1)                # (B,)
-        ids = torch.cat([ids, next_id[:, None]], dim=1)
-    return ids[:, prompt.shape[1]:]

@@ -72,6 +72,21 @@ def _is_oom(e: BaseException) -> bool:
 # 1. Attention kernels and modules
 # ---------------------------------------------------------------------------------------------
 
+def kernel_call(f, B: int, h: int, d_k: int, device: torch.device,
+                dtype: torch.dtype = torch.float32):
+    """make(T) for an attention kernel ``f(q, k, v) -> out``: it returns (forward fn,
+    forward+backward fn, inputs) with random q, k, v (B, h, T, d_k) of ``dtype`` on ``device``."""
+    def make(T):
+        q, k, v = (t.to(dtype).requires_grad_()
+                   for t in attention_inputs(T, B=B, h=h, d_k=d_k, device=device))
+
+        def fwd_bwd(q, k, v):
+            with torch.enable_grad():
+                return torch.autograd.grad(f(q, k, v).sum(), (q, k, v))
+        return f, fwd_bwd, (q, k, v)
+    return make
+
+
 def _attention_calls(B: int, h: int, d_k: int, device: torch.device):
     """name -> (kind, make). make(T) returns (forward fn, forward+backward fn, inputs): each fn
     is called as fn(*inputs), so that time_call and peak_memory see the device of the inputs.
@@ -84,15 +99,7 @@ def _attention_calls(B: int, h: int, d_k: int, device: torch.device):
     book_mha.load_from_torch(torch_mha)
 
     def kernel(f):
-        def make(T):
-            q, k, v = (t.requires_grad_()
-                       for t in attention_inputs(T, B=B, h=h, d_k=d_k, device=device))
-
-            def fwd_bwd(q, k, v):
-                with torch.enable_grad():
-                    return torch.autograd.grad(f(q, k, v).sum(), (q, k, v))
-            return f, fwd_bwd, (q, k, v)
-        return make
+        return kernel_call(f, B, h, d_k, device)
 
     def module(m, f):
         def make(T):
@@ -133,15 +140,7 @@ def _backend_calls(B: int, h: int, d_k: int, device: torch.device) -> dict:
     suffix = ", bf16" if dtype == torch.bfloat16 else ""
 
     def kernel(f):
-        def make(T):
-            q, k, v = (t.to(dtype).requires_grad_()
-                       for t in attention_inputs(T, B=B, h=h, d_k=d_k, device=device))
-
-            def fwd_bwd(q, k, v):
-                with torch.enable_grad():
-                    return torch.autograd.grad(f(q, k, v).sum(), (q, k, v))
-            return f, fwd_bwd, (q, k, v)
-        return make
+        return kernel_call(f, B, h, d_k, device, dtype)
 
     def forced(backend):
         def f(q, k, v):

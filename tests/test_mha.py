@@ -10,12 +10,13 @@ from attnbook.attention import to_torch_mask
 from attnbook.mha import MultiHeadAttention
 from attnbook.positional import (LearnedPositionalEncoding, SinusoidalPositionalEncoding,
                                  sinusoidal_encoding)
+from attnbook.torch_twins import attention_from_torch
 
 
 def pair(d_model, h, seed=0):
     torch.manual_seed(seed)
     ref = nn.MultiheadAttention(d_model, h, batch_first=True).double()
-    ours = MultiHeadAttention(d_model, h).double().load_from_torch(ref)
+    ours = attention_from_torch(MultiHeadAttention(d_model, h).double(), ref)
     return ours, ref
 
 
@@ -131,7 +132,7 @@ def test_key_width_apart_from_value_width():
     with pytest.raises(ValueError, match="d_k must be at least 1"):
         MultiHeadAttention(d_model, h, d_k=0)
     with pytest.raises(ValueError, match="d_k = d_model / h"):
-        m.load_from_torch(nn.MultiheadAttention(d_model, h, batch_first=True))
+        attention_from_torch(m, nn.MultiheadAttention(d_model, h, batch_first=True))
 
 
 def test_recording_keeps_the_weights_inside_the_block_and_clears_them_after():

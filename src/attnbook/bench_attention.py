@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .attention import scaled_dot_product_attention
 from .bench import _synchronize, attention_inputs, peak_memory, time_call
 from .mha import MultiHeadAttention
+from .torch_twins import attention_from_torch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ def _attention_calls(B: int, h: int, d_k: int, device: torch.device):
     torch.manual_seed(0)
     book_mha = MultiHeadAttention(d_model, h).to(device).eval()
     torch_mha = nn.MultiheadAttention(d_model, h, batch_first=True).to(device).eval()
-    book_mha.load_from_torch(torch_mha)
+    attention_from_torch(book_mha, torch_mha)
 
     def kernel(f):
         return kernel_call(f, B, h, d_k, device)

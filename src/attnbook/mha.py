@@ -116,13 +116,6 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, d_model): concat heads
         return self.W_o(out), weights
 
-    def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
-        """Copy the weights of an ``nn.MultiheadAttention`` (same d_model and h) into this module:
-        :func:`attnbook.torch_twins.attention_from_torch`, the bridge's one place (imported here,
-        not at the top: torch_twins imports this module)."""
-        from .torch_twins import attention_from_torch
-        return attention_from_torch(self, mha)
-
 
 def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
     """Every MultiHeadAttention of ``model`` by its module name ("encoder.0.self_attn", ...)."""

@@ -1,7 +1,7 @@
 """The book's models rebuilt from PyTorch's own modules, with the same weights: the one bridge
 between the two, both directions (``*_to_torch``: the book's weights into PyTorch's modules;
 ``*_from_torch``: PyTorch's into the book's), used by the tests, chapters 5, 6, 8 and 10 and the
-benchmarks (``MultiHeadAttention.load_from_torch`` is :func:`attention_from_torch`).
+benchmarks.
 
 Two differences of interface, and only two, separate the book's modules from PyTorch's:
 

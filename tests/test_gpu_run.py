@@ -87,6 +87,7 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     assert prov["command"] == "python -m attnbook.gpu_run --dry-run --out OUT"
     assert prov["hardware"]["torch"] == torch.__version__
     assert prov["wall_s"] > 0 and prov["cpu_s"] > 0 and len(prov["git_commit"]) == 40
+    assert len(prov["load_before"]) == len(prov["load_after"]) == 3
     assert prov["processes"] == len(gpu_run.DRY_CANDIDATES) == \
         prov["extra"]["processes_at_once"]["train"]
     for f in out.rglob("*.json"):

@@ -45,7 +45,6 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
     (["run", "nope"], "invalid choice: 'nope'"),
     (["run", "sweep", "--seeds", "0"], "sweep takes no seeds"),
     (["run", "sweep", "--only", "x"], "sweep has no parts to run alone"),
-    (["run", "gpu_run", "--tiny"], "gpu_run has no tiny run"),
     (["run", "toy_seeds", "--seeds", "0"], "--seeds without --only would replace "
                                            "results/cpu/toy_seeds.json"),
     (["run"], "give an experiment's NAME, or --list"),
@@ -174,3 +173,19 @@ def test_the_prose_rebuilds_committed_results_only_through_the_registry():
         found += [f"{page}: unknown experiment {m.group(1)!r}" for m in named.finditer(text)
                   if m.group(1) not in EXPERIMENTS and m.group(1) != "NAME"]
     assert not found, "\n".join(found)
+
+
+def test_an_experiment_without_a_tiny_run_says_so(capsys, monkeypatch):
+    from attnbook import registry
+    monkeypatch.setitem(registry.EXPERIMENTS, "long", registry.Experiment(
+        "long", "gpu_run", ("gpu/long.json",), "nowhere", ("--out", "OUT"), seeds_flag="",
+        needs="a GPU"))
+    assert main(["run", "long", "--tiny"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: long has no tiny run (it needs a GPU)") and err.count("\n") == 1
+
+
+def test_the_gpu_calls_tiny_run_is_its_dry_run():
+    """tests/test_gpu_run.py runs the dry run itself, through tools/gpu_run.sh as a GPU machine
+    would; here only that `run gpu_run --tiny` asks for it."""
+    assert EXPERIMENTS["gpu_run"].argv(tiny_out="tiny") == ["--dry-run", "--out", "tiny"]

@@ -319,6 +319,7 @@ def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
 def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None) -> dict:
     """Every part in turn within the call's deadline; then the summary. Returns it."""
     start, usage = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_before = [round(x, 2) for x in os.getloadavg()]
     out.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(parents=True, exist_ok=True)
     deadline = start + 60 * plan.minutes - 15            # 15 s for the summary
@@ -342,7 +343,7 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
         print(f"{part}: {parts[part]['status']} in {parts[part]['seconds']} s", flush=True)
         if part == "train":
             _append_run_logs(plan, work, log)
-    return summarise(plan, out, work, parts, start, usage)
+    return summarise(plan, out, work, parts, start, usage, load_before)
 
 
 def _append_run_logs(plan: Plan, work: Path, log: Path) -> None:
@@ -367,7 +368,8 @@ def git_commit() -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
 
-def summarise(plan: Plan, out: Path, work: Path, parts: dict, start: float, usage) -> dict:
+def summarise(plan: Plan, out: Path, work: Path, parts: dict, start: float, usage,
+              load_before: list | None = None) -> dict:
     """gpu_run.json and gpu_run.png from what the parts left."""
     runs = collect_candidates(plan, work)
     check = json.loads((work / "check.json").read_text()) if (work / "check.json").is_file() \
@@ -375,16 +377,18 @@ def summarise(plan: Plan, out: Path, work: Path, parts: dict, start: float, usag
     scores = json.loads((work / "score.json").read_text()) if (work / "score.json").is_file() \
         else {}
     end = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = "python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry" else "") + " --out OUT"
     call = store.Provenance(     # the one provenance record (attnbook.store)
-        command="python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry" else "")
-        + " --out OUT", git_commit=git_commit() or "",
+        command=store.AS_TYPED or own, git_commit=git_commit() or "",
         date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start)) + " UTC",
         hardware=check.get("versions") or versions(), threads=plan.threads,
-        processes=len(plan.candidates), load_after=[round(x, 2) for x in os.getloadavg()],
+        processes=len(plan.candidates), load_before=load_before,
+        load_after=[round(x, 2) for x in os.getloadavg()],
         wall_s=round(time.time() - start, 1),
         cpu_s=round(end.ru_utime + end.ru_stime - usage.ru_utime - usage.ru_stime, 1),
         extra={"gpu": check.get("gpu"),
-               "processes_at_once": {"train": len(plan.candidates), "other parts": 1}})
+               "processes_at_once": {"train": len(plan.candidates), "other parts": 1},
+               **({"ran": own} if store.AS_TYPED else {})})
     summary = store.result("gpu_run", {
         "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.name == "dry",
         "plan": {k: v for k, v in asdict(plan).items() if k != "candidates"},

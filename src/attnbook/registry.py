@@ -147,7 +147,7 @@ EXPERIMENTS = {e.name: e for e in [
                               "decoding", "--out", "{out}"),
          only=("--only", "{key}")),
     _exp("gpu_run", "gpu_run", ("gpu/gpu_run.json",), "chapter 9 (once made)",
-         ("--out", "OUT"), seeds_flag="",
+         ("--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then make gpu-run (tools/gpu_run.sh; its "
                "--dry-run is tested by tests/test_gpu_run.py), then --collect"),
 ]}

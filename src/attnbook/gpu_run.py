@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -317,12 +316,20 @@ def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
 
 
 def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None) -> dict:
-    """Every part in turn within the call's deadline; then the summary. Returns it."""
-    start, usage = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    load_before = [round(x, 2) for x in os.getloadavg()]
+    """Every part in turn within the call's deadline, measured as one call (``store.record``);
+    then the summary. Returns it."""
     out.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(parents=True, exist_ok=True)
-    deadline = start + 60 * plan.minutes - 15            # 15 s for the summary
+    own = "python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry" else "") + " --out OUT"
+    with store.record(own, threads=plan.threads, processes=len(plan.candidates)) as call:
+        parts = run_parts(plan, out, work, data_dir, only)
+    call.git_commit = call.git_commit or git_commit() or ""
+    return summarise(plan, out, work, parts, call)
+
+
+def run_parts(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None) -> dict:
+    """part -> its record (status, return codes, limit, seconds; or why it was skipped)."""
+    deadline = time.time() + 60 * plan.minutes - 15            # 15 s for the summary
     log, env = out / "gpu_run.log", _child_env(plan, work, data_dir)
     parts = {}
     for part in PARTS:
@@ -343,7 +350,7 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
         print(f"{part}: {parts[part]['status']} in {parts[part]['seconds']} s", flush=True)
         if part == "train":
             _append_run_logs(plan, work, log)
-    return summarise(plan, out, work, parts, start, usage, load_before)
+    return parts
 
 
 def _append_run_logs(plan: Plan, work: Path, log: Path) -> None:
@@ -355,40 +362,23 @@ def _append_run_logs(plan: Plan, work: Path, log: Path) -> None:
 
 
 def git_commit() -> str | None:
-    """The commit the call ran at: git's answer, or on a machine without the repository's
-    history the one ``--prepare-data`` recorded in .gpu_data/COMMIT."""
-    try:
-        got = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=10)
-        if got.returncode == 0 and got.stdout.strip():
-            return got.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
+    """The commit the call runs at: git's answer (``store.git_commit``), or on a machine without
+    the repository's history the one ``--prepare-data`` recorded in .gpu_data/COMMIT."""
+    commit, _ = store.git_commit(ROOT)
     path = DATA_COPY / "COMMIT"
-    return path.read_text().strip() if path.is_file() else None
+    return commit or (path.read_text().strip() if path.is_file() else None)
 
 
-def summarise(plan: Plan, out: Path, work: Path, parts: dict, start: float, usage,
-              load_before: list | None = None) -> dict:
-    """gpu_run.json and gpu_run.png from what the parts left."""
+def summarise(plan: Plan, out: Path, work: Path, parts: dict, call: store.Provenance) -> dict:
+    """gpu_run.json (with ``call``, the call's provenance record) and gpu_run.png from what the
+    parts left."""
     runs = collect_candidates(plan, work)
     check = json.loads((work / "check.json").read_text()) if (work / "check.json").is_file() \
         else {}
     scores = json.loads((work / "score.json").read_text()) if (work / "score.json").is_file() \
         else {}
-    end = resource.getrusage(resource.RUSAGE_CHILDREN)
-    own = "python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry" else "") + " --out OUT"
-    call = store.Provenance(     # the one provenance record (attnbook.store)
-        command=store.AS_TYPED or own, git_commit=git_commit() or "",
-        date=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(start)) + " UTC",
-        hardware=check.get("versions") or versions(), threads=plan.threads,
-        processes=len(plan.candidates), load_before=load_before,
-        load_after=[round(x, 2) for x in os.getloadavg()],
-        wall_s=round(time.time() - start, 1),
-        cpu_s=round(end.ru_utime + end.ru_stime - usage.ru_utime - usage.ru_stime, 1),
-        extra={"gpu": check.get("gpu"),
-               "processes_at_once": {"train": len(plan.candidates), "other parts": 1},
-               **({"ran": own} if store.AS_TYPED else {})})
+    call.extra.update(gpu=check.get("gpu"),
+                      processes_at_once={"train": len(plan.candidates), "other parts": 1})
     summary = store.result("gpu_run", {
         "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.name == "dry",
         "plan": {k: v for k, v in asdict(plan).items() if k != "candidates"},

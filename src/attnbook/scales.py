@@ -28,7 +28,7 @@ from .batching import make_batch
 from .data import load_multi30k
 from .mha import MultiHeadAttention
 from .recipe import build_model, forward_logits
-from .runs import RunError, load_run
+from .runs import load_run
 from .transformer import Transformer, TransformerConfig
 
 STATS = ("var_q", "var_k", "var_dot", "var_scaled", "row_var_scaled")

@@ -6,13 +6,11 @@ ablations (``ablations``, ``head_ablation``) share.
   checkpoint resumes (so an interrupted command continues).
 * :func:`score_all` scores run folders the same way with a scoring function, caching each row in
   the folder (``score_<kind>.json``); :func:`open_run` is how a scoring function opens its run.
-* :func:`summarise` (mean and spread over seeds) and :func:`header` (the results' first keys).
+* :func:`summarise` (mean and spread over seeds).
 """
 from __future__ import annotations
 
 import json
-import os
-import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from multiprocessing import get_context
@@ -24,7 +22,7 @@ from .data import load_multi30k
 from .recipe import same_run
 from .runs import load_run
 from .training import train
-from .utils import get_device, versions
+from .utils import get_device
 
 SNAPSHOTS = (150, 300, 600)   # snapshots of the weights at these steps: BLEU against budget
 
@@ -110,13 +108,3 @@ def summarise(values: list[float]) -> dict:
     t = torch.tensor(values, dtype=torch.float64)
     return {"mean": round(float(t.mean()), 2), "std": round(float(t.std()), 2) if len(values) > 1 else 0.0,
             "min": min(values), "max": max(values), "n": len(values)}
-
-
-def header(preset_name: str, command: str, n_procs: int, threads: int, note: str = "") -> dict:
-    """The first keys of a results file: the command, date, hardware and versions, processes
-    and threads, and the machine's load before the runs."""
-    return {"preset": preset_name, "command": command, "note": note,
-            "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "hardware": {**versions(), "cpu_threads": threads},   # the threads of each run
-            "processes_at_once": n_procs, "threads_per_run": threads,
-            "load_average_before": round(os.getloadavg()[0], 2)}

@@ -107,7 +107,7 @@ def test_collect_copies_the_files_and_draws_the_benchmark_figures(dry_run, tmp_p
     names = sorted(p.relative_to(tmp_path / "results").as_posix() for p in copied)
     assert names == ["bench/cpu/attention.json", "bench/cpu/decoding.json",
                      "bench/cpu/recurrence.json", "bench/cpu/training.json",
-                     "gpu/gpu_run.json", "gpu/gpu_run.png"]
+                     "gpu/gpu_run_dry.json", "gpu/gpu_run_dry.png"]
     for section in SECTIONS:
         assert (tmp_path / "results" / "bench" / "cpu" / f"{section}.png").stat().st_size > 10_000
     with pytest.raises(ValueError, match="dry run"):
@@ -115,7 +115,8 @@ def test_collect_copies_the_files_and_draws_the_benchmark_figures(dry_run, tmp_p
 
 
 def test_collect_refuses_a_file_that_names_a_local_path(tmp_path):
-    summary = {"dry_run": False, "plan": {"device": "cuda"}, "where": "/tmp/x/runs"}
+    summary = {"dry_run": False, "plan": {"name": "full", "device": "cuda"},
+               "where": "/tmp/x/runs"}
     (tmp_path / "gpu_run.json").write_text(json.dumps(summary))
     with pytest.raises(ValueError, match="names a path"):
         gpu_run.collect(tmp_path, tmp_path / "results")
@@ -215,3 +216,17 @@ def test_the_readme_table_states_the_plan():
     assert rows == {part: f"{limit} s" for part, limit in gpu_run.FULL.limits.items()}
     assert f"each for {gpu_run.FULL.train_seconds:.0f} s of training" in table
     assert f"at most nine minutes" in readme and gpu_run.FULL.minutes == 9
+
+
+def test_the_eager_plan_is_the_full_race_without_compiling_and_fits_its_deadline():
+    eager = gpu_run.EAGER
+    assert eager.parts == ("check", "train", "score") and not eager.compile
+    assert set(eager.candidates) < set(gpu_run.CANDIDATES)
+    assert {m for m, _ in eager.candidates.values()} == {"transformer", "gru-additive"}
+    for name in eager.candidates:
+        cfg = gpu_run.candidate_config(eager, name)
+        assert cfg.compile is False and cfg.time_budget_s == eager.train_seconds
+    assert eager.limits["train"] > eager.train_seconds
+    assert sum(eager.limits[p] for p in eager.parts) + 15 <= 60 * eager.minutes
+    assert gpu_run.candidate_config(gpu_run.FULL, "small").compile is True
+    assert gpu_run.result_stem("full") == "gpu_run" and gpu_run.result_stem("eager") == "gpu_run_eager"

@@ -110,6 +110,8 @@ class Plan:
     beam: int
     minutes: float              # the whole call's deadline
     limits: dict = field(default_factory=dict)
+    compile: bool = True        # torch.compile the Transformers (on a GPU)
+    parts: tuple = PARTS        # the parts this plan runs
 
     def runs(self, model: str | None = None) -> list[str]:
         return [n for n, (m, _) in self.candidates.items() if model in (None, m)]
@@ -123,7 +125,16 @@ DRY = Plan("dry", "cpu", "smoke", DRY_CANDIDATES, train_seconds=3, eval_every=5,
            test_sentences=16, beam=4, minutes=5,
            limits={"check": 60, "train": 90, "score": 60, "bench-attention": 60,
                    "bench-decoding": 60, "bench-recurrence": 60, "bench-training": 60})
-PLANS = {"full": FULL, "dry": DRY}
+# The follow-up race: in the full call every process compiled at once, with one CPU thread
+# each, and compiling took most of the three minutes (the base-size candidates never finished
+# their first epoch). The same race, eager, with the candidates that tell the choices apart.
+EAGER = Plan("eager", "cuda", "gpu-base",
+             {n: CANDIDATES[n] for n in ("warmup-400", "peak-2e-3", "pre-ln", "small",
+                                         "gru-additive-1e-3")},
+             train_seconds=150, eval_every=50, threads=1, test_sentences=0, beam=4, minutes=4.6,
+             limits={"check": 20, "train": 185, "score": 55}, compile=False,
+             parts=("check", "train", "score"))
+PLANS = {"full": FULL, "eager": EAGER, "dry": DRY}
 
 
 def candidate_config(plan: Plan, name: str):
@@ -132,7 +143,7 @@ def candidate_config(plan: Plan, name: str):
     model, changes = plan.candidates[name]
     cfg = override(preset(plan.preset, model), **changes, max_steps=10 ** 6,
                    time_budget_s=plan.train_seconds, eval_every=plan.eval_every,
-                   compile=plan.device == "cuda" and model != "gru-additive")
+                   compile=plan.compile and plan.device == "cuda" and model != "gru-additive")
     check_config(cfg)
     return cfg
 
@@ -320,7 +331,8 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     then the summary. Returns it."""
     out.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(parents=True, exist_ok=True)
-    own = "python -m attnbook.gpu_run" + (" --dry-run" if plan.name == "dry" else "") + " --out OUT"
+    own = "python -m attnbook.gpu_run" + {"dry": " --dry-run", "eager": " --plan eager"}.get(
+        plan.name, "") + " --out OUT"
     with store.record(own, threads=plan.threads, processes=len(plan.candidates)) as call:
         parts = run_parts(plan, out, work, data_dir, only)
     call.git_commit = call.git_commit or git_commit() or ""
@@ -332,7 +344,7 @@ def run_parts(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=Non
     deadline = time.time() + 60 * plan.minutes - 15            # 15 s for the summary
     log, env = out / "gpu_run.log", _child_env(plan, work, data_dir)
     parts = {}
-    for part in PARTS:
+    for part in plan.parts:
         if only and part not in only:
             continue
         left = deadline - time.time()
@@ -431,6 +443,11 @@ def prepare_data(dest: Path = DATA_COPY) -> list[Path]:
     return copied
 
 
+def result_stem(plan: str) -> str:
+    """The name a call's summary gets in results/gpu/: gpu_run (the full call), gpu_run_PLAN."""
+    return "gpu_run" if plan == "full" else f"gpu_run_{plan}"
+
+
 def collect(src: Path, results: Path, allow_dry: bool = False) -> list[Path]:
     """Copy a call's files from ``src`` into ``results``/gpu and ``results``/bench/<device>,
     and draw the benchmark figures. Refuses a dry run (unless ``allow_dry``: the tests) and a
@@ -443,9 +460,11 @@ def collect(src: Path, results: Path, allow_dry: bool = False) -> list[Path]:
     if summary.get("dry_run") and not allow_dry:
         raise ValueError(f"{summary_path} is a dry run's (tiny sizes on the CPU), not results; "
                          "collect the files of a call made on a GPU")
-    device = summary["plan"]["device"]
-    files = [(summary_path, results / "gpu"), (src / "gpu_run.png", results / "gpu")]
-    files += [(f, results / "bench" / device) for f in sorted((src / device).glob("*.json"))]
+    device, stem = summary["plan"]["device"], result_stem(summary["plan"]["name"])
+    files = [(summary_path, results / "gpu" / f"{stem}.json"),
+             (src / "gpu_run.png", results / "gpu" / f"{stem}.png")]
+    files += [(f, results / "bench" / device / f.name)
+              for f in sorted((src / device).glob("*.json"))]
     copied = []
     for f, dest in files:
         if not f.is_file():
@@ -455,10 +474,10 @@ def collect(src: Path, results: Path, allow_dry: bool = False) -> list[Path]:
             if marker in text:
                 raise ValueError(f"{f} names a path of the machine that made it ({marker}...); "
                                  "results must not: fix the writer, then run the call again")
-        dest.mkdir(parents=True, exist_ok=True)
-        copied.append(Path(shutil.copy2(f, dest / f.name)))
-        if f.suffix == ".json" and dest.name == device:
-            save_plot(json.loads(text), dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        copied.append(Path(shutil.copy2(f, dest)))
+        if f.suffix == ".json" and dest.parent.name == device:
+            save_plot(json.loads(text), dest.parent)
     return copied
 
 
@@ -478,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--collect", type=Path, metavar="OUT",
                       help="copy a call's files into results/ and draw the benchmark figures")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: seconds")
+    p.add_argument("--plan", choices=("full", "eager"), default="full",
+                   help="full (default): every part, nine minutes; eager: the training race "
+                        "again without torch.compile, five candidates, about four minutes")
     p.add_argument("--only", action="append", choices=PARTS, help="run only this part "
                    "(repeatable; the parts after check read what earlier calls left in --work)")
     p.add_argument("--work", type=Path, help="folder for runs and caches (default: a new "
@@ -503,7 +525,7 @@ def _main(args) -> int:
         for f in collect(args.collect, args.results, allow_dry=args.results != ROOT / "results"):
             print(f"wrote {f}")
         return 0
-    plan = DRY if args.dry_run else FULL
+    plan = DRY if args.dry_run else PLANS[args.plan]
     data_dir = args.data_dir or (DATA_COPY / "multi30k" if (DATA_COPY / "multi30k").is_dir()
                                  else None)
     work = args.work or Path(tempfile.mkdtemp(prefix="attnbook-gpu-run-"))

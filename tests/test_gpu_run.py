@@ -13,7 +13,7 @@ import torch
 
 from attnbook import gpu_run
 from attnbook.bench_suite import SECTIONS
-from attnbook.store import figure_provenance
+from attnbook.store import figure_provenance, load
 from attnbook.bench_attention import bench_attention
 from attnbook.recipe import preset
 
@@ -166,12 +166,18 @@ def test_the_candidates_are_what_the_plan_says():
     for name, (model, changes) in gpu_run.CANDIDATES.items():
         cfg = gpu_run.candidate_config(gpu_run.FULL, name)
         assert cfg.model == model and cfg.time_budget_s == gpu_run.FULL.train_seconds
-        assert cfg.compile == (model == "transformer") and cfg.precision == "auto"
+        assert cfg.compile is False and cfg.precision == "auto"     # the race trains eager
         assert cfg.max_steps > 10 ** 5                      # the clock ends the run, not a count
         for key, value in changes.items():
             assert getattr(cfg.arch, key, getattr(cfg, key, None)) == value, (name, key)
-    paper = gpu_run.candidate_config(gpu_run.FULL, "paper")
-    assert (paper.warmup, paper.peak_lr, paper.arch) == (base.warmup, base.peak_lr, base.arch)
+    paper = gpu_run.candidate_config(gpu_run.FULL, "paper")       # the paper's schedule
+    assert (paper.warmup, paper.peak_lr, paper.arch) == (2000, 512 ** -0.5 * 2000 ** -0.5, base.arch)
+    # gpu-base is the race's winner (results/gpu/gpu_run_eager.json), for the steps it trained
+    race = load("gpu/gpu_run_eager.json")
+    winner = race["candidates"][race["best"]["transformer"]]
+    assert {k: getattr(base.arch, k, getattr(base, k, None)) for k in winner["config"]} == \
+        {**winner["config"], "compile": False} and not base.compile
+    assert abs(base.max_steps - winner["steps"]) < 25 and base.time_budget_s == 0
     assert {m for m, _ in gpu_run.CANDIDATES.values()} == {"transformer", "gru-additive"}
 
 
@@ -185,12 +191,30 @@ def test_command_line_errors_are_one_line(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: "), (argv, run.stderr)
 
 
-def test_prepare_data_copies_the_checked_files_and_the_commit(tmp_path):
+def test_prepare_data_copies_the_checked_files_and_the_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where: ("a" * 40, False))
     files = gpu_run.prepare_data(tmp_path)
     assert sorted(f.name for f in files) == sorted(
         f"{s}.{lang}.gz" for s in ("train", "val", "test_2016_flickr") for lang in ("de", "en", "fr"))
     assert all(f.parent == tmp_path / "multi30k" and f.stat().st_size > 1000 for f in files)
-    assert len((tmp_path / "COMMIT").read_text().strip()) == 40
+    assert (tmp_path / "COMMIT").read_text().split() == ["a" * 40, gpu_run.src_digest()]
+    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where: ("a" * 40, True))
+    with pytest.raises(ValueError, match="uncommitted changes"):
+        gpu_run.prepare_data(tmp_path / "dirty")
+
+
+def test_the_call_names_the_recorded_commit_while_src_holds_its_code(tmp_path, monkeypatch):
+    """On a lent machine the copy's .git may be stale: .gpu_data/COMMIT wins while src/ is the
+    code it recorded; a record of other code is ignored (git's answer then)."""
+    real = gpu_run.store.git_commit
+    monkeypatch.setenv("ATTNBOOK_GIT_COMMIT", "d" * 40)        # what the parts are told
+    assert real(ROOT) == ("d" * 40, False)
+    monkeypatch.setattr(gpu_run, "DATA_COPY", tmp_path)
+    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where: ("b" * 40, False))
+    (tmp_path / "COMMIT").write_text(f"{'c' * 40} {gpu_run.src_digest()}\n")
+    assert gpu_run.git_commit() == "c" * 40
+    (tmp_path / "COMMIT").write_text(f"{'c' * 40} {'0' * 64}\n")
+    assert gpu_run.git_commit() == "b" * 40
 
 
 # --- the benchmarks' GPU paths that a CPU can run ----------------------------------------------
@@ -228,5 +252,4 @@ def test_the_eager_plan_is_the_full_race_without_compiling_and_fits_its_deadline
         assert cfg.compile is False and cfg.time_budget_s == eager.train_seconds
     assert eager.limits["train"] > eager.train_seconds
     assert sum(eager.limits[p] for p in eager.parts) + 15 <= 60 * eager.minutes
-    assert gpu_run.candidate_config(gpu_run.FULL, "small").compile is True
     assert gpu_run.result_stem("full") == "gpu_run" and gpu_run.result_stem("eager") == "gpu_run_eager"

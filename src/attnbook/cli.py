@@ -106,7 +106,8 @@ OPTIONS = {
                                       "+ GradScaler on a T4 or MPS, fp32 on a CPU), fp32, bf16 "
                                       "or fp16")),
     "compile": ("--compile", dict(action=argparse.BooleanOptionalAction,
-                                  help="torch.compile the model (gpu-base does)")),
+                                  help="torch.compile the model (no preset does: for a run "
+                                       "of minutes, compiling costs more than it gains)")),
 }
 def flag(field: str) -> str:
     """The option that sets ``field``: '--d-model', or '--set eval_every'."""

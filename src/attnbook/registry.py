@@ -146,10 +146,14 @@ EXPERIMENTS = {e.name: e for e in [
          seeds_flag="", tiny=("--quick", "--device", "cpu", "--threads", "1", "--only",
                               "decoding", "--out", "{out}"),
          only=("--only", "{key}")),
-    _exp("gpu_run", "gpu_run", ("gpu/gpu_run.json",), "chapter 9 (once made)",
+    _exp("gpu_run", "gpu_run", ("gpu/gpu_run.json",), "chapter 9, the performance appendix",
          ("--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then make gpu-run (tools/gpu_run.sh; its "
                "--dry-run is tested by tests/test_gpu_run.py), then --collect"),
+    _exp("gpu_run_eager", "gpu_run", ("gpu/gpu_run_eager.json",), "chapter 9",
+         ("--plan", "eager", "--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
+         needs="a GPU machine: make gpu-data, then bash tools/gpu_run.sh --plan eager, then "
+               "--collect"),
 ]}
 
 

@@ -77,16 +77,18 @@ class Provenance:
 
 
 def git_commit(where: Path = ROOT) -> tuple[str, bool]:
-    """(the commit checked out in ``where``, whether its src/ has uncommitted changes); outside
-    a git repository (a copy on a lent GPU machine) the commit in $ATTNBOOK_GIT_COMMIT, which
-    the GPU call sets from its --prepare-data record, or ""."""
+    """(the commit checked out in ``where``, whether its src/ has uncommitted changes). The GPU
+    call's parts are told the commit in $ATTNBOOK_GIT_COMMIT (what ``--prepare-data`` recorded):
+    a copy of the repository on a lent machine may carry no .git, or a stale one."""
+    if os.environ.get("ATTNBOOK_GIT_COMMIT"):
+        return os.environ["ATTNBOOK_GIT_COMMIT"], False
     try:
         head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--", "src"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("ATTNBOOK_GIT_COMMIT", ""), False
+        return "", False
     return head, bool(dirty)
 
 

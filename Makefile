@@ -65,7 +65,7 @@ bench: $(STAMP)
 # The GPU call (README, "GPU notes"). gpu-run needs no install: a lent GPU machine has its own
 # PyTorch and no package index, so the script runs the source with that machine's python3.
 gpu-data: $(STAMP)
-	$(PY) -m attnbook.gpu_run --prepare-data
+	$(PY) -m attnbook.experiments.gpu_run --prepare-data
 
 gpu-run:
 	bash tools/gpu_run.sh
@@ -74,7 +74,7 @@ gpu-dry-run: $(STAMP)
 	OUT=$${OUT:-gpu-call-out} PYTHON=$(PY) bash tools/gpu_run.sh --dry-run
 
 student: $(STAMP)
-	$(PY) -m attnbook.homework student notebooks student
+	$(PY) -m attnbook.book.homework student notebooks student
 
 clean:
 	rm -rf _build

@@ -15,7 +15,7 @@ heading for that section; where several hold, a number may come from any of them
 * a JSON file (results/**): every number in it, also the numbers inside its strings;
 * any other text file (a workflow, requirements.txt, a module of the package): the numbers in it,
   the definitions the prose restates;
-* ``attnbook.recipe.PRESETS``: every number of every preset's configuration;
+* ``attnbook.training.recipe.PRESETS``: every number of every preset's configuration;
 * a function of a test module, ``tests/test_explorer.py:transformer_page_numbers``: every number
   of what it returns, for statistics (means, sums, ratios, correlations) that no file holds and
   the test recomputes from the committed data it names.
@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLARE = re.compile(r"<!--\s*numbers-from:\s*(.*?)\s*-->", re.S)
-PRESETS_SOURCE = "attnbook.recipe.PRESETS"
+PRESETS_SOURCE = "attnbook.training.recipe.PRESETS"
 
 # Definitional numbers: they restate a definition or a fixed fact, not a measurement, and no
 # output prints them. Keep this short; a measured number never belongs here.
@@ -212,7 +212,7 @@ def source_numbers(name: str) -> frozenset[float]:
     if name == PRESETS_SOURCE:
         from dataclasses import asdict
 
-        from attnbook.recipe import PRESETS
+        from attnbook.training.recipe import PRESETS
         return frozenset(numbers_in_json({k: asdict(v) for k, v in PRESETS.items()}))
     if m := re.fullmatch(r"(.+\.py):(\w+)", name):
         return frozenset(numbers_in_json(_function(m.group(1), m.group(2))()))

@@ -66,7 +66,8 @@ import sys
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnbook import bench_suite, benchmarks
+from attnbook.benchmarks import suite as bench_suite
+from attnbook.benchmarks import __main__ as benchmarks
 from attnbook.batching import translation_loss
 from attnbook.transformer import TransformerConfig
 
@@ -82,7 +83,7 @@ def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
     assert set(results) == {"cpu"} and set(results["cpu"]) == set(bench_suite.SECTIONS)
     for section, res in results["cpu"].items():
         assert (tmp_path / "cpu" / f"{section}.png").stat().st_size > 10_000
-        (call,) = res.calls                       # the one provenance record (attnbook.store)
+        (call,) = res.calls                       # the one provenance record (attnbook.experiments.store)
         assert res["benchmark"] == section and res["quick"] is True and call.note == "test"
         assert res["device"] == {"kind": "cpu", "name": call.hardware["cpu"], "threads": 1}
         for key in ("python", "torch", "cpu", "cpu_count", "gpu"):

@@ -184,7 +184,8 @@ def test_the_reversal_runs_live_in_the_library_and_the_command_uses_them():
     import ast
     import inspect
 
-    from attnbook import beyond, beyond_runs
+    from attnbook import beyond
+    from attnbook.experiments import beyond_runs
 
     assert beyond_runs.REVERSAL is beyond.REVERSAL and beyond_runs.run_reversal is beyond.run_reversal
     assert beyond_runs.reversal_config is beyond.reversal_config
@@ -201,7 +202,7 @@ def test_the_reversal_runs_live_in_the_library_and_the_command_uses_them():
 def test_only_puts_one_part_into_the_file_and_keeps_the_others(tmp_path, capsys):
     import json
 
-    from attnbook import beyond_runs
+    from attnbook.experiments import beyond_runs
 
     out = tmp_path / "beyond.json"
     tiny = ["--out", str(out), "--steps", "2", "--seeds", "0"]

@@ -36,7 +36,7 @@ import nbformat
 import pytest
 import yaml
 
-from attnbook import homework
+from attnbook.book import homework
 
 try:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
@@ -492,7 +492,7 @@ def check_views(page, data: dict, views: list, shot: str, screenshots: Path) -> 
     """Show each (sentence, kind, layer, head) of ``views`` (the first: the view the page opens
     with) and compare every cell with the JSON ``data`` (its data-w, title and viridis colour);
     a row under the pointer must highlight the keys it reads. Returns the problems found."""
-    from attnbook.explorer import colour
+    from attnbook.book.explorer import colour
     root = page.locator(".attn-explorer")
     seen, problems = [], []
     for n, (i, kind, layer, head) in enumerate(views):

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from attnbook import evaluate, train, translate
+from attnbook.commands import evaluate
+from attnbook.commands import train
+from attnbook.commands import translate
 from attnbook.cli import UsageError, parse_set
-from attnbook.runs import RunError, load_checkpoint, load_run
+from attnbook.training.runs import RunError, load_checkpoint, load_run
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 
@@ -169,11 +171,11 @@ def damage(run: Path, case: str, tmp_path: Path) -> tuple[Path, str]:
     ckpt, tok = bad / "checkpoint.pt", bad / "tokenizer.model"
     if case == "no folder":
         shutil.rmtree(bad)
-        return bad, f"{bad} is not a run folder; train one with `python -m attnbook.train"
+        return bad, f"{bad} is not a run folder; train one with `python -m attnbook.commands.train"
     if case == "no checkpoint":
         ckpt.unlink()
         return bad, (f"no checkpoint at {ckpt}; give the folder of a trained run, or train one "
-                     f"with `python -m attnbook.train --preset cpu-tiny --out {bad}`")
+                     f"with `python -m attnbook.commands.train --preset cpu-tiny --out {bad}`")
     if case == "no tokenizer":
         tok.unlink()
         return bad, f"no tokenizer at {tok}; copy the run's tokenizer.model from where it was"
@@ -273,17 +275,21 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 
 # ---- every command: a bad option is one line and exit status 2 ---------------------------------
 
-# Every module run as `python -m attnbook.X`.
-COMMANDS = ["__main__", "ablations", "benchmarks", "beyond_runs", "data", "diagrams", "evaluate",
-            "exercise_runs", "experiments", "explorer", "gpu_run", "head_ablation", "homework",
-            "score_scales", "toy_seeds", "train", "translate"]
+# Every module run as `python -m attnbook.X` (dotted under attnbook): the name the dispatcher
+# knows it by (`python -m attnbook NAME`) is its last part.
+COMMANDS = ["__main__", "benchmarks", "book.diagrams", "book.explorer", "book.homework",
+            "commands.evaluate", "commands.train", "commands.translate", "data",
+            "experiments.ablations", "experiments.beyond_runs", "experiments.exercise_runs",
+            "experiments.gpu_run", "experiments.head_ablation", "experiments.score_scales",
+            "experiments.toy_seeds", "experiments.translators"]
 
 
 def test_the_list_of_commands_is_every_module_run_as_a_command():
     src = Path(__file__).resolve().parents[1] / "src" / "attnbook"
-    found = {p.stem for p in src.glob("*.py") if '__name__ == "__main__"' in p.read_text()}
-    found |= {p.parent.name for p in src.glob("*/__main__.py")}        # packages: attnbook.data
-    assert found == set(COMMANDS)
+    found = {".".join(p.relative_to(src).with_suffix("").parts) for p in src.rglob("*.py")
+             if p.name != "__main__.py" and '__name__ == "__main__"' in p.read_text()}
+    found |= {".".join(p.parent.relative_to(src).parts) for p in src.rglob("*/__main__.py")}
+    assert found | {"__main__"} == set(COMMANDS)
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -306,7 +312,7 @@ def test_every_command_rejects_a_bad_option_in_one_line_with_status_2(name, caps
 
 def test_the_dispatcher_runs_every_command_by_name(capsys):
     from attnbook.__main__ import commands, main
-    assert set(commands()) == set(COMMANDS) - {"__main__"}
+    assert commands() == {c.split(".")[-1]: c for c in COMMANDS if c != "__main__"}
     with pytest.raises(SystemExit) as e:
-        main(["toy_seeds", "--no-such-option"])         # = python -m attnbook.toy_seeds ...
-    assert e.value.code == 2 and "see `python -m attnbook.toy_seeds" in capsys.readouterr().err
+        main(["toy_seeds", "--no-such-option"])         # = python -m attnbook.experiments.toy_seeds ...
+    assert e.value.code == 2 and "see `python -m attnbook.experiments.toy_seeds" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The book's diagrams (attnbook.diagrams): they draw, the committed SVGs are up to date, the
+"""The book's diagrams (attnbook.book.diagrams): they draw, the committed SVGs are up to date, the
 names of code they show exist in the package, and every figure a notebook shows exists and has
 alt text."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from attnbook import diagrams
+from attnbook.book import diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "book" / "figures"
-REGENERATE = "regenerate them with `python -m attnbook.diagrams` and commit book/figures/"
+REGENERATE = "regenerate them with `python -m attnbook.book.diagrams` and commit book/figures/"
 
 # ![alt](path) and the MyST figure directive (``` or ::: fence) with its options
 MD_IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]+)[^)]*\)")
@@ -42,7 +42,7 @@ def test_committed_figure_is_up_to_date(generated, name):
     committed = FIGURES / f"{name}.svg"
     assert committed.exists(), f"book/figures/{name}.svg is missing: {REGENERATE}"
     assert committed.read_bytes() == (generated / f"{name}.svg").read_bytes(), \
-        f"book/figures/{name}.svg differs from what attnbook.diagrams draws: {REGENERATE}"
+        f"book/figures/{name}.svg differs from what attnbook.book.diagrams draws: {REGENERATE}"
 
 
 def test_no_stray_figures():
@@ -81,7 +81,7 @@ def test_the_library_does_not_import_diagrams():
     for path in sorted((ROOT / "src" / "attnbook").glob("*.py")):
         if path.name != "diagrams.py":
             assert not pattern.search(path.read_text(encoding="utf-8")), \
-                f"{path.name} imports attnbook.diagrams; the library must not depend on it"
+                f"{path.name} imports attnbook.book.diagrams; the library must not depend on it"
 
 
 def _figure_references():

@@ -37,7 +37,7 @@ def test_every_number_of_the_readme_is_backed():
 def gpu_call_numbers() -> dict:
     """The definitions README's "The GPU call" restates that no file holds as a number (the
     oldest PyTorch, ``MIN_TORCH = (2, 4)``); its table's limits are tests/test_gpu_run.py's."""
-    from attnbook.gpu_run import MIN_TORCH
+    from attnbook.experiments.gpu_run import MIN_TORCH
     return {"min_torch": ".".join(map(str, MIN_TORCH))}
 
 
@@ -133,7 +133,7 @@ def test_what_is_not_a_quoted_number_is_skipped():
         "In chapter 9, layer 2, head 3 and sentences 0, 50, ..., 950 of seeds 0-2, in 2017:",
         "math $d_k = 1024$ and $$x = 512$$, code `d_ff=2048`, a [link](https://x.org/2048.html),",
         "{cite}`vaswani2017attention`, <!-- 4096 -->, 3 seeds and 12 heads.",
-        "```bash", "python -m attnbook.train --max-steps 2400", "```",
+        "```bash", "python -m attnbook.commands.train --max-steps 2400", "```",
         "```{exercise} A title", ":label: ex-09-beam-width", "Measured: 0.123.", "```",
         "After the exercise: 0.456.", "```", "print(789)", "```", "And 0.321.",
         "A label is no decimal: head 2 of the same layer 0.45, layer 2 and 0.34 to 0.57.",
@@ -169,7 +169,7 @@ def test_numbers_of_notebook_outputs_and_results_are_read():
     assert 200 in ch8                                            # the code's settings
     assert 40.07 in source_numbers("results/cpu/cpu_base.json")
     assert 1014 in source_numbers("results/cpu/head_ablation.json")   # inside a string
-    assert {4000, 6000, 8000} <= source_numbers("attnbook.recipe.PRESETS")
+    assert {4000, 6000, 8000} <= source_numbers("attnbook.training.recipe.PRESETS")
     assert re.search(r"numbers-from", (ROOT / "book" / "faq.md").read_text(encoding="utf-8"))
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import attnbook.evaluate as evaluate_module
-from attnbook.evaluate import bleu, bleu_by_length, main
+import attnbook.commands.evaluate as evaluate_module
+from attnbook.commands.evaluate import bleu, bleu_by_length, main
 
 REFS = ["A dog runs in the snow .", "Two children play on the beach with a ball .",
         "A man in a red shirt rides a bicycle down the street .", "A cat sleeps ."]
@@ -41,15 +41,15 @@ def test_bleu_by_length_groups_by_source_words():
     assert rows[0]["bleu"] == 100.0 and rows[1]["bleu"] == 100.0 and rows[2]["bleu"] < 10
 
 
-# ---- python -m attnbook.evaluate RUN --src FILE --ref FILE ---------------------------------------
+# ---- python -m attnbook.commands.evaluate RUN --src FILE --ref FILE ---------------------------------------
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny trained run (the smoke preset: seconds), shared by the tests of this module."""
     if not os.environ.get("MULTI30K_DIR"):
         pytest.skip("needs the Multi30k files")
-    from attnbook.recipe import preset
-    from attnbook.train import train
+    from attnbook.training.recipe import preset
+    from attnbook.commands.train import train
     out = tmp_path_factory.mktemp("run")
     train(preset("smoke"), out, progress=False)
     return out
@@ -244,7 +244,7 @@ def test_the_command_line(run, tmp_path):
     src = write(tmp_path / "s.de.gz", GOOD_DE)
     ref = write(tmp_path / "r.en.gz", GOOD_EN)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "attnbook.evaluate", str(run), "--device", "cpu", "--beam", "1"]
+    cmd = [sys.executable, "-m", "attnbook.commands.evaluate", str(run), "--device", "cpu", "--beam", "1"]
     ok = subprocess.run(cmd + ["--src", src, "--ref", ref], capture_output=True, text=True,
                         env=env, timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]

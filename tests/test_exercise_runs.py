@@ -1,4 +1,4 @@
-"""python -m attnbook.exercise_runs: every experiment runs (at the tiny scale) and writes the JSON
+"""python -m attnbook.experiments.exercise_runs: every experiment runs (at the tiny scale) and writes the JSON
 the solutions load; one seed's numbers repeat; --only replaces one entry; bad options are one
 line and exit status 2. About 15 seconds, most of it the two Multi30k experiments."""
 import json
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnbook import exercise_runs
+from attnbook.experiments import exercise_runs
 from attnbook.batching import make_batch
 from attnbook.lm import DecoderOnlyTranslator
 from attnbook.transformer import TransformerConfig
@@ -32,9 +32,9 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
     data = json.loads((written / "exercises.json").read_text())
     names = list(exercise_runs.EXPERIMENTS) if os.environ.get("MULTI30K_DIR") else NO_DATA
     assert list(data["exercises"]) == names
-    (call,) = data["calls"]                        # its provenance record (attnbook.store)
+    (call,) = data["calls"]                        # its provenance record (attnbook.experiments.store)
     assert call["threads"] == 1 and call["rows"] == names and call["date"][:2] == "20"
-    assert call["command"].startswith("python -m attnbook.exercise_runs --results ")
+    assert call["command"].startswith("python -m attnbook.experiments.exercise_runs --results ")
     assert {"torch", "python", "cpu"} <= set(call["hardware"]) and len(call["git_commit"]) == 40
     for name, ex in data["exercises"].items():
         assert ex["scale"] == "tiny" and ex["wall_time_s"] >= 0 and ex["cpu_time_s"] >= 0
@@ -106,7 +106,7 @@ def test_bad_options_are_one_line_and_exit_status_2(capsys, args, message):
         exercise_runs.main(args)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
-    assert message in err and "see `python -m attnbook.exercise_runs --help`" in err
+    assert message in err and "see `python -m attnbook.experiments.exercise_runs --help`" in err
 
 
 def test_another_scale_is_refused_in_one_line_before_it_runs(written, tmp_path, capsys):

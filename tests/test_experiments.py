@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from attnbook.batching import make_batch
-from attnbook.experiments import main, output_stats, repeats, summarise
-from attnbook.recipe import build_model, differences, override, preset
-from attnbook.runs import load_checkpoint
-from attnbook.train import attention_entropy, train
+from attnbook.experiments.translators import main, output_stats, repeats, summarise
+from attnbook.training.recipe import build_model, differences, override, preset
+from attnbook.training.runs import load_checkpoint
+from attnbook.commands.train import attention_entropy, train
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 
@@ -70,7 +70,7 @@ def test_degenerate_outputs_are_detected():
 
 @needs_data
 def test_sweep_and_board_commands(tmp_path, monkeypatch):
-    import attnbook.experiments as ex
+    import attnbook.experiments.translators as ex
     # smoke's peak rates are 3e-3: the board reuses the sweep's runs at that rate
     monkeypatch.setattr(ex, "SWEEP_LRS", {"transformer": (3e-3, 1e-2), "gru": (3e-3,)})
     monkeypatch.setattr(ex, "SNAPSHOTS", (6, 10))
@@ -88,7 +88,7 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert r["val_bleu"] >= 0 and 0 <= r["too_long_frac"] <= 1
     assert r["val_loss_shuffled_sources"] > 0 and r["log"][-1]["step"] == 10
     assert set(r["log"][-1]["attention_entropy"]) >= {"encoder.0.self_attn", "decoder.0.cross_attn"}
-    call = sweep["calls"][0]                       # its provenance record (attnbook.store)
+    call = sweep["calls"][0]                       # its provenance record (attnbook.experiments.store)
     assert call["hardware"]["cpu_threads"] == 1 and call["threads"] == 1 and call["processes"] == 1
     assert str(tmp_path) not in json.dumps(sweep)          # no absolute paths in the results
     assert sweep["train_time_s_sum"] == pytest.approx(sum(r["train_time_s"] for r in sweep["runs"]))
@@ -121,7 +121,7 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
 
 
 def test_checkpoint_averaging_is_the_mean_of_the_weights(tmp_path):
-    from attnbook.runs import average_checkpoints, save_checkpoint
+    from attnbook.training.runs import average_checkpoints, save_checkpoint
     cfg = override(preset("smoke"), vocab_size=30)
     models = [build_model(cfg) for _ in range(3)]
     for i, m in enumerate(models):
@@ -146,7 +146,7 @@ def test_checkpoint_averaging_is_the_mean_of_the_weights(tmp_path):
 
 @needs_data
 def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, monkeypatch):
-    import attnbook.experiments as ex
+    import attnbook.experiments.translators as ex
     small = dict(d_model=32, h=2, d_ff=64, n_layers=1, vocab_size=1000, max_tokens=1024,
                  warmup=5, eval_every=5, beam_size=2, peak_lr=3e-3)
     monkeypatch.setattr(ex, "BASE_CANDIDATES", {
@@ -184,8 +184,8 @@ def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, 
 
 @needs_data
 def test_a_run_loads_with_its_last_snapshots_averaged(tmp_path, capsys):
-    from attnbook.evaluate import main as evaluate
-    from attnbook.runs import RunError, average_checkpoints, load_run
+    from attnbook.commands.evaluate import main as evaluate
+    from attnbook.training.runs import RunError, average_checkpoints, load_run
     cfg = replace(preset("smoke"), max_steps=12, eval_every=6, snapshot_steps=(4, 8, 10))
     train(cfg, tmp_path / "run", progress=False, evaluate=False)
     run = tmp_path / "run"
@@ -206,7 +206,7 @@ def test_a_run_loads_with_its_last_snapshots_averaged(tmp_path, capsys):
 
 @needs_data
 def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatch):
-    from attnbook import ablations
+    from attnbook.experiments import ablations
     monkeypatch.chdir(tmp_path)
     assert ablations.main(["--out", "abl", "--results", "results", "--variants", "base", "heads-8",
                            "--seeds", "0", "1", "--steps", "3", "--sentences", "4",
@@ -229,7 +229,7 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
         for r in v["runs"]:
             assert r["val_perplexity"] == pytest.approx(math.exp(r["val_loss"]), rel=1e-3)
     assert str(tmp_path) not in json.dumps(res)
-    assert [c["command"] for c in res["calls"]] == ["python -m attnbook.ablations --out abl --results "
+    assert [c["command"] for c in res["calls"]] == ["python -m attnbook.experiments.ablations --out abl --results "
                                                     "results --variants base heads-8 --seeds 0 1 "
                                                     "--steps 3 --sentences 4 --jobs 1"]
     # --merge adds a variant, in the table's order, and keeps the first call's variants as they were
@@ -253,8 +253,8 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
 
 
 def test_ablations_merge_replaces_by_variant_and_refuses_another_setting():
-    from attnbook import store
-    from attnbook.ablations import merge
+    from attnbook.experiments import store
+    from attnbook.experiments.ablations import merge
     run = {"seed": 0, "test_bleu": 30.0, "train_time_s": 10.0}
 
     def result(command, variants, **kw):

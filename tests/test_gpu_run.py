@@ -1,4 +1,4 @@
-"""The GPU call (python -m attnbook.gpu_run, tools/gpu_run.sh): its dry run on the CPU, the time
+"""The GPU call (python -m attnbook.experiments.gpu_run, tools/gpu_run.sh): its dry run on the CPU, the time
 limits of its parts, its deadline, and the step that turns its files into results."""
 import json
 import os
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbook import gpu_run
-from attnbook.bench_suite import SECTIONS
-from attnbook.store import figure_provenance, load
-from attnbook.bench_attention import bench_attention
-from attnbook.recipe import preset
+from attnbook.experiments import gpu_run
+from attnbook.benchmarks.suite import SECTIONS
+from attnbook.experiments.store import figure_provenance, load
+from attnbook.benchmarks.attention import bench_attention
+from attnbook.training.recipe import preset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,8 +83,8 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     assert files == ["cpu/attention.json", "cpu/decoding.json", "cpu/recurrence.json",
                      "cpu/training.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
     assert len(files) <= 8                        # what a lent machine gives back
-    (prov,) = summary["calls"]                     # the one provenance record (attnbook.store)
-    assert prov["command"] == "python -m attnbook.gpu_run --dry-run --out OUT"
+    (prov,) = summary["calls"]                     # the one provenance record (attnbook.experiments.store)
+    assert prov["command"] == "python -m attnbook.experiments.gpu_run --dry-run --out OUT"
     assert prov["hardware"]["torch"] == torch.__version__
     assert prov["wall_s"] > 0 and prov["cpu_s"] > 0 and len(prov["git_commit"]) == 40
     assert len(prov["load_before"]) == len(prov["load_after"]) == 3
@@ -184,7 +184,7 @@ def test_the_candidates_are_what_the_plan_says():
 def test_command_line_errors_are_one_line(tmp_path):
     for argv in (["--out", str(tmp_path), "--collect", str(tmp_path)], [],
                  ["--collect", str(tmp_path / "none")], ["--out", str(tmp_path), "--only", "x"]):
-        run = subprocess.run([sys.executable, "-m", "attnbook.gpu_run", *argv],
+        run = subprocess.run([sys.executable, "-m", "attnbook.experiments.gpu_run", *argv],
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2, argv
         lines = run.stderr.strip().splitlines()

@@ -1,4 +1,4 @@
-"""Head ablation (python -m attnbook.head_ablation, book/explorer.md): zeroing a head's slice
+"""Head ablation (python -m attnbook.experiments.head_ablation, book/explorer.md): zeroing a head's slice
 before W_o is zeroing W_o's columns of that head, the hooks go away, bad heads are refused, the
 losses are the book's validation loss; and the numbers the page quotes are the committed data's."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-import attnbook.head_ablation as ha
+import attnbook.experiments.head_ablation as ha
 from attnbook.batching import TranslationBatches
 from attnbook.mha import MultiHeadAttention
-from attnbook.recipe import preset
-from attnbook.train import attention_entropy, validation_loss
+from attnbook.training.recipe import preset
+from attnbook.commands.train import attention_entropy, validation_loss
 from attnbook.transformer import Transformer, TransformerConfig
 from test_explorer import PAIRS, make_run
 
@@ -163,7 +163,7 @@ def test_command_on_a_hand_made_run(tmp_path, monkeypatch, capsys):
     assert ha.main(["--run", "runs/toy", "--out", "out/h.json", "--every", "2",
                     "--figure", "out/h.svg"]) == 0
     data = json.loads(Path("out/h.json").read_text(encoding="utf-8"))
-    (call,) = data["calls"]                        # its provenance record (attnbook.store)
+    (call,) = data["calls"]                        # its provenance record (attnbook.experiments.store)
     assert data["run"] == "runs/toy" and call["command"].endswith("--figure out/h.svg")
     assert len(data["per_head"]) == 3 * data["layers"] * data["heads_per_layer"]
     assert [r["kind"] for r in data["per_kind"]] == ["enc", "dec", "cross"]
@@ -196,7 +196,7 @@ def test_committed_result_is_complete():
     data = json.loads(COMMITTED.read_text(encoding="utf-8"))
     assert data["run"] == "runs/cpu-base/medium" and "last 5 snapshots" in data["weights_of"]
     (call,) = data["calls"]
-    assert call["command"].startswith("python -m attnbook.head_ablation --run runs/cpu-base/medium")
+    assert call["command"].startswith("python -m attnbook.head_ablation --run runs/cpu-base/medium")   # as made
     assert len(data["per_head"]) == 3 * data["layers"] * data["heads_per_layer"] == 36
     assert call["hardware"]["cpu_threads"] == 1 and call["wall_s"] > 0
     assert not re.search(r'"(/|~)', COMMITTED.read_text(encoding="utf-8"))

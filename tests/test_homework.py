@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnbook import homework
+from attnbook.book import homework
 from attnbook.graders import GRADERS
 
 ROOT = Path(__file__).resolve().parents[1]

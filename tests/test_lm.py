@@ -7,7 +7,7 @@ from attnbook.batching import make_batch, pad
 from attnbook.decoding import beam_search, greedy_decode
 from attnbook.lm import (DecoderOnlyTranslator, generate, lm_batches, lm_loss,
                          prompt_target_example, sample_next, token_positions)
-from attnbook.recipe import MODELS, build_model, forward_logits, override, preset
+from attnbook.training.recipe import MODELS, build_model, forward_logits, override, preset
 from attnbook.transformer import SelfAttentionStack, TransformerConfig
 
 V = 23

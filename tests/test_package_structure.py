@@ -57,8 +57,8 @@ def imported(name: str, nodes) -> set[str]:
 
 
 def test_the_rules_see_the_package():
-    assert {"attnbook.train", "attnbook.evaluate", "attnbook.data.__main__"} <= COMMANDS
-    assert not {"attnbook.training", "attnbook.data", "attnbook.sweeps"} & COMMANDS
+    assert {"attnbook.commands.train", "attnbook.commands.evaluate", "attnbook.data.__main__"} <= COMMANDS
+    assert not {"attnbook.training.loop", "attnbook.data", "attnbook.experiments.sweeps"} & COMMANDS
     assert "attnbook.mha" in imported("attnbook.transformer", TREES["attnbook.transformer"].body)
 
 

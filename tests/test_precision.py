@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from attnbook.recipe import TrainConfig, build_model, preset, same_run
-from attnbook.runs import load_checkpoint
-from attnbook.train import main, prepare_data, train
+from attnbook.training.recipe import TrainConfig, build_model, preset, same_run
+from attnbook.training.runs import load_checkpoint
+from attnbook.commands.train import main, prepare_data, train
 from attnbook.utils import choose_precision, deterministic, get_device
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbook import ablations, sweeps
-from attnbook.ablations import VARIANTS
-from attnbook.experiments import BASE_CANDIDATES, base_jobs
-from attnbook.recipe import (FIELDS, PRESETS, ConfigError, TrainConfig, build_model, check_config,
+from attnbook.experiments import ablations
+from attnbook.experiments import sweeps
+from attnbook.experiments.ablations import VARIANTS
+from attnbook.experiments.translators import BASE_CANDIDATES, base_jobs
+from attnbook.training.recipe import (FIELDS, PRESETS, ConfigError, TrainConfig, build_model, check_config,
                              differences, override, preset, same_run, upgrade_config)
-from attnbook.runs import RunError, load_checkpoint, load_run
-from attnbook.train import train
+from attnbook.training.runs import RunError, load_checkpoint, load_run
+from attnbook.commands.train import train
 from attnbook.transformer import TransformerConfig
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")

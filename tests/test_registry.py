@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from attnbook import store
+from attnbook.experiments import store
 from attnbook.__main__ import main
-from attnbook.convert import EXPERIMENT_OF
-from attnbook.registry import EXPERIMENTS
+from attnbook.experiments.convert import EXPERIMENT_OF
+from attnbook.experiments.registry import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
@@ -81,7 +81,7 @@ def check(result: dict, name: str, command: str) -> None:
 def test_tiny_toy_seeds_then_only_merges_by_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     made = tiny("toy_seeds", "tiny", "--seeds", "0")
-    check(made["toy_seeds.json"], "toy_seeds", "python -m attnbook.toy_seeds --results tiny")
+    check(made["toy_seeds.json"], "toy_seeds", "python -m attnbook.experiments.toy_seeds --results tiny")
     assert main(["run", "toy_seeds", "--tiny", "--out", "tiny", "--seeds", "0",
                  "--only", "copy"]) == 0
     merged = store.read(Path("tiny/toy_seeds.json"))
@@ -95,13 +95,13 @@ def test_tiny_toy_seeds_then_only_merges_by_key(tmp_path, monkeypatch):
 
 def test_tiny_exercises(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    check(tiny("exercises")["exercises.json"], "exercises", "python -m attnbook.exercise_runs")
+    check(tiny("exercises")["exercises.json"], "exercises", "python -m attnbook.experiments.exercise_runs")
 
 
 def test_tiny_beyond(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check(tiny("beyond", "tiny", "--seeds", "0")["beyond.json"], "beyond",
-          "python -m attnbook.beyond_runs")
+          "python -m attnbook.experiments.beyond_runs")
 
 
 def test_tiny_bench(tmp_path, monkeypatch):
@@ -113,16 +113,16 @@ def test_tiny_bench(tmp_path, monkeypatch):
 def test_tiny_ablations(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check(tiny("ablations", "tiny", "--seeds", "0")["ablations.json"], "ablations",
-          "python -m attnbook.ablations")
+          "python -m attnbook.experiments.ablations")
 
 
 @needs_data
 def test_tiny_sweep_and_board(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    check(tiny("sweep")["sweep.json"], "sweep", "python -m attnbook.experiments sweep")
-    check(tiny("board")["board.json"], "board", "python -m attnbook.experiments board")
+    check(tiny("sweep")["sweep.json"], "sweep", "python -m attnbook.experiments.translators sweep")
+    check(tiny("board")["board.json"], "board", "python -m attnbook.experiments.translators board")
     made = tiny("base")["cpu_base.json"]
-    check(made, "base", "python -m attnbook.experiments base")
+    check(made, "base", "python -m attnbook.experiments.translators base")
     assert {r["config"]["max_steps"] for r in made["runs"]} == {2}
 
 
@@ -133,15 +133,15 @@ def test_tiny_timing_then_what_measures_its_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     made = tiny("timing_2threads")
     check(made["cpu_tiny_transformer_2threads.json"], "timing_2threads",
-          "python -m attnbook.train --preset smoke")
+          "python -m attnbook.commands.train --preset smoke")
     assert made["cpu_tiny_transformer_2threads.json"]["steps"] == 2
     check(tiny("score_scales")["score_scales.json"], "score_scales",
-          "python -m attnbook.score_scales")
+          "python -m attnbook.experiments.score_scales")
     check(tiny("head_ablation")["head_ablation.json"], "head_ablation",
-          "python -m attnbook.head_ablation")
+          "python -m attnbook.experiments.head_ablation")
     made = tiny("head_ablation_cpu_tiny", "tiny", "--seeds", "0")
     check(made["head_ablation_cpu_tiny/seed0.json"], "head_ablation_cpu_tiny",
-          "python -m attnbook.head_ablation")
+          "python -m attnbook.experiments.head_ablation")
 
 
 # --- the commands the prose shows -----------------------------------------------------------
@@ -176,7 +176,7 @@ def test_the_prose_rebuilds_committed_results_only_through_the_registry():
 
 
 def test_an_experiment_without_a_tiny_run_says_so(capsys, monkeypatch):
-    from attnbook import registry
+    from attnbook.experiments import registry
     monkeypatch.setitem(registry.EXPERIMENTS, "long", registry.Experiment(
         "long", "gpu_run", ("gpu/long.json",), "nowhere", ("--out", "OUT"), seeds_flag="",
         needs="a GPU"))

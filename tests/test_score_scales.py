@@ -1,4 +1,4 @@
-"""attnbook.score_scales: the statistics of attention scores that chapter 4 reports."""
+"""attnbook.experiments.score_scales: the statistics of attention scores that chapter 4 reports."""
 import json
 import math
 import os
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from attnbook.batching import make_batch
-from attnbook.recipe import build_model, override, preset
-from attnbook.scales import STATS, score_statistics, width_sweep
-from attnbook.score_scales import main
+from attnbook.training.recipe import build_model, override, preset
+from attnbook.experiments.scales import STATS, score_statistics, width_sweep
+from attnbook.experiments.score_scales import main
 from attnbook.transformer import Transformer, TransformerConfig
 
 def tiny(seed=0, **kw):
@@ -78,14 +78,14 @@ def test_models_without_attention_are_refused():
 def test_the_command_writes_trained_and_initialised_statistics(tmp_path, monkeypatch, capsys):
     """The command on a run folder, as it made results/cpu/score_scales.json from cpu-base: here a
     smoke run trained in seconds (one block each side: 3 attention modules)."""
-    from attnbook.train import train
+    from attnbook.commands.train import train
     monkeypatch.chdir(tmp_path)
     train(preset("smoke"), Path("runs/smoke"), progress=False)
     out = tmp_path / "scales.json"
     assert main(["--run", "runs/smoke", "--average", "1", "--sentences", "16",
                  "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["calls"][0]["command"] == ("python -m attnbook.score_scales --run runs/smoke --average 1 "
+    assert result["calls"][0]["command"] == ("python -m attnbook.experiments.score_scales --run runs/smoke --average 1 "
                                  f"--sentences 16 --out {out}")
     names = ["encoder.0.self_attn", "decoder.0.self_attn", "decoder.0.cross_attn"]
     for part in ("trained", "initialised"):
@@ -105,7 +105,7 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
     text = path.read_text()
     result = json.loads(text)
     assert "/work/" not in text and "/home/" not in text
-    assert result["calls"][0]["command"].startswith("python -m attnbook.score_scales --run runs/")
+    assert result["calls"][0]["command"].startswith("python -m attnbook.score_scales --run runs/")   # as made
     for part in ("trained", "initialised"):
         assert [r["name"] for r in result[part]] == [r["name"] for r in result["trained"]]
         assert all(set(STATS) <= set(r) and r["d_k"] == 48 for r in result[part])

@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnbook import homework
+from attnbook.book import homework
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -127,7 +127,7 @@ def test_student_edition_keeps_the_setup_cell(path):
 BINDER = ROOT / "binder"
 CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
 # Imported by the package but brought by Jupyter itself (Colab, Binder, any notebook server):
-# nbformat and nbclient, for the grading command and the student edition (attnbook.homework).
+# nbformat and nbclient, for the grading command and the student edition (attnbook.book.homework).
 JUPYTER = {"nbformat", "nbclient"}
 DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn"}
 

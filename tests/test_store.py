@@ -1,5 +1,5 @@
-"""attnbook.store, the one results format: the record of a call, merge by key (a mismatch is one
-line and writes nothing), the loader; attnbook.convert, the old files re-expressed without a
+"""attnbook.experiments.store, the one results format: the record of a call, merge by key (a mismatch is one
+line and writes nothing), the loader; attnbook.experiments.convert, the old files re-expressed without a
 number changed; and every file under results/ carrying the provenance record."""
 import json
 import subprocess
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from attnbook import store
-from attnbook.convert import EXPERIMENT_OF, convert, split
-from attnbook.store import FORMAT, HEX40, Provenance, ResultError
+from attnbook.experiments import store
+from attnbook.experiments.convert import EXPERIMENT_OF, convert, split
+from attnbook.experiments.store import FORMAT, HEX40, Provenance, ResultError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVERTED_FROM = "91add26eb00cc1611986444edb283e5d5b85cc23"  # before the conversion

@@ -1,4 +1,4 @@
-"""python -m attnbook.toy_seeds: Part I's runs with several seeds, as the chapters make seed 0.
+"""python -m attnbook.experiments.toy_seeds: Part I's runs with several seeds, as the chapters make seed 0.
 
 Tiny scale (a few steps): the numbers mean nothing, but the code path is the chapters' own, so
 the same seed must give the same numbers, bit for bit.
@@ -13,8 +13,9 @@ import torch
 
 matplotlib.use("Agg")
 
-from attnbook import store, toy_seeds
-from attnbook.store import Provenance, Result
+from attnbook.experiments import store
+from attnbook.experiments import toy_seeds
+from attnbook.experiments.store import Provenance, Result
 from attnbook.plotting import plot_accuracy_spread
 from attnbook.rnn import Seq2Seq
 from attnbook.toy import (PART1, accuracy_by_length, check_stored_run, copy_alignment,
@@ -38,9 +39,9 @@ def tiny(tmp_path_factory):
 
 
 def test_the_json_has_every_run_and_names_its_making(tiny):
-    (call,) = tiny["calls"]                        # its provenance record (attnbook.store)
+    (call,) = tiny["calls"]                        # its provenance record (attnbook.experiments.store)
     assert tiny["scale"] == "tiny" and tiny["seeds"] == [0] and call["threads"] == 1
-    assert call["command"] == "python -m attnbook.toy_seeds --results out --tiny --seeds 0"
+    assert call["command"] == "python -m attnbook.experiments.toy_seeds --results out --tiny --seeds 0"
     assert call["date"] and call["wall_s"] > 0 and call["cpu_s"] > 0 and call["load_before"]
     assert call["hardware"]["torch"] == torch.__version__ and len(call["git_commit"]) == 40
     assert [(r["name"], r["seed"]) for r in tiny["runs"]] == \
@@ -111,12 +112,12 @@ def test_run_difference_sees_a_change():
 def test_a_stale_file_fails_here_and_warns_elsewhere():
     run = {"name": "additive", "seed": 0, "length": [2], "exact": [1.0], "token": [1.0],
            "final_loss": 0.5}
-    call = Provenance(command="python -m attnbook.toy_seeds --results results/cpu",
+    call = Provenance(command="python -m attnbook.experiments.toy_seeds --results results/cpu",
                       git_commit="0" * 40, date="d", hardware=versions())
     result = Result(store.result("toy_seeds", {"runs": [run]}, call), "toy_seeds.json")
     acc, history = {"length": [2], "exact": [1.0], "token": [1.0]}, [0.5] * 50
     assert check_stored_run(result, "additive", acc, history) == 0.0
-    with pytest.raises(AssertionError, match="stale.*python -m attnbook.toy_seeds"):
+    with pytest.raises(AssertionError, match="stale.*python -m attnbook.experiments.toy_seeds"):
         check_stored_run(result, "additive", acc | {"exact": [0.5]}, history)
     call.hardware = versions() | {"cpu": "another processor"}
     elsewhere = Result(store.result("toy_seeds", {"runs": [run]}, call), "toy_seeds.json")
@@ -166,8 +167,8 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
     text = path.read_text()
     result = json.loads(text)
     assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text
-    first = result["calls"][0]                     # its provenance record (attnbook.store)
-    assert first["command"].startswith("python -m attnbook.toy_seeds --results results/cpu")
+    first = result["calls"][0]                     # its provenance record (attnbook.experiments.store)
+    assert first["command"].startswith("python -m attnbook.toy_seeds --results results/cpu")   # as made
     assert result["scale"] == "full" and result["seeds"] == [0, 1, 2] and first["threads"] == 1
     assert first["wall_s"] > 0 and first["hardware"]["cpu_threads"] == 1
     assert {k: v for k, v in result["settings"].items() if k in PART1} == PART1

@@ -11,11 +11,11 @@ import torch
 
 from attnbook import PAD_ID
 from attnbook.batching import translation_loss
-from attnbook.recipe import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits, override,
+from attnbook.training.recipe import (MODELS, PEAK_LR, PRESETS, build_model, forward_logits, override,
                              preset)
 from attnbook.schedules import noam_lr, warmup_cosine, warmup_cosine_scheduler, warmup_lr
-from attnbook.runs import load_checkpoint
-from attnbook.train import train
+from attnbook.training.runs import load_checkpoint
+from attnbook.commands.train import train
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 
@@ -101,28 +101,28 @@ def test_checkpoints_load_with_weights_only(tmp_path):
 def test_train_and_translate_commands(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-m", "attnbook.train", "--preset", "smoke", "--out",
+    done = subprocess.run([sys.executable, "-m", "attnbook.commands.train", "--preset", "smoke", "--out",
                            str(run), "--max-steps", "4", "--device", "cpu"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["steps"] == 4 and metrics["parameters"] > 0 and "hardware" in metrics
-    out = subprocess.run([sys.executable, "-m", "attnbook.translate", str(run), "--beam", "1",
+    out = subprocess.run([sys.executable, "-m", "attnbook.commands.translate", str(run), "--beam", "1",
                           "--device", "cpu"], input="Ein Hund.\nZwei Katzen.\n",
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(out.stdout.splitlines()) == 2
-    bad = subprocess.run([sys.executable, "-m", "attnbook.translate", str(run), "--device", "cpu"],
+    bad = subprocess.run([sys.executable, "-m", "attnbook.commands.translate", str(run), "--device", "cpu"],
                          input="Ein Hund.\n\n", capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and "line(s) [2] are empty" in bad.stderr
-    long = subprocess.run([sys.executable, "-m", "attnbook.translate", str(run), "--device", "cpu"],
+    long = subprocess.run([sys.executable, "-m", "attnbook.commands.translate", str(run), "--device", "cpu"],
                           input="Ein Hund.\n" + "Ein Hund rennt. " * 200 + "\n",
                           capture_output=True, text=True, env=env, timeout=300)
     assert long.returncode == 2 and "line(s) [2] have more than 256 tokens" in long.stderr
-    missing = subprocess.run([sys.executable, "-m", "attnbook.translate", str(tmp_path / "nope")],
+    missing = subprocess.run([sys.executable, "-m", "attnbook.commands.translate", str(tmp_path / "nope")],
                              input="Ein Hund.\n", capture_output=True, text=True, env=env)
     assert missing.returncode == 2 and "is not a run folder" in missing.stderr
-    ev = subprocess.run([sys.executable, "-m", "attnbook.evaluate", str(run), "--beam", "1",
+    ev = subprocess.run([sys.executable, "-m", "attnbook.commands.evaluate", str(run), "--beam", "1",
                          "--sentences", "8", "--split", "val", "--device", "cpu",
                          "--save", str(tmp_path / "hyps.txt")],
                         capture_output=True, text=True, env=env, timeout=300)
@@ -141,7 +141,7 @@ def test_train_and_translate_commands(tmp_path):
     (["--model", "lstm"], "invalid choice: 'lstm'"),
 ])
 def test_train_command_rejects_bad_arguments(tmp_path, args, message):
-    done = subprocess.run([sys.executable, "-m", "attnbook.train", "--preset", "smoke", "--out",
+    done = subprocess.run([sys.executable, "-m", "attnbook.commands.train", "--preset", "smoke", "--out",
                            str(tmp_path / "run"), *args], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and message in done.stderr, done.stderr[-1000:]
@@ -175,11 +175,11 @@ def test_two_processes_with_gloo_equal_one_process_with_the_same_global_batch(tm
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     common = ["--preset", "smoke", "--max-steps", "4", "--device", "cpu"]
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node", "2", "-m", "attnbook.train", "--out",
+                          "--nproc_per_node", "2", "-m", "attnbook.commands.train", "--out",
                           str(tmp_path / "ddp"), *common], capture_output=True, text=True,
                          env=env, timeout=600)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    one = subprocess.run([sys.executable, "-m", "attnbook.train", "--out", str(tmp_path / "one"),
+    one = subprocess.run([sys.executable, "-m", "attnbook.commands.train", "--out", str(tmp_path / "one"),
                           "--accum-steps", "2", *common], capture_output=True, text=True,
                          env=env, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
@@ -203,7 +203,7 @@ def test_a_crash_between_log_line_and_checkpoint_logs_each_step_once(tmp_path, m
     from step 3's checkpoint and logs step 6 again. Resuming trims the log to the checkpoint's
     step (a line cut by the crash goes too): one line per evaluation, equal to a run without the
     crash but for the clock, and bit-identical weights."""
-    import attnbook.training as train_module      # the loop's module: train.py is the command
+    import attnbook.training.loop as train_module      # the loop's module: train.py is the command
     cfg = override(PRESETS["smoke"], max_steps=8, eval_every=3, eval_sentences=2, dropout=0.1)
     train(cfg, tmp_path / "a", device=torch.device("cpu"), progress=False)
     save = train_module.save_checkpoint

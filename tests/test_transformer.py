@@ -190,7 +190,7 @@ def test_one_attention_layer_crosses_the_bridge_both_ways():
 
 
 def test_the_learned_table_starts_at_the_configured_scale():
-    from attnbook.recipe import build_model, override, preset
+    from attnbook.training.recipe import build_model, override, preset
     torch.manual_seed(0)
     small = Transformer(TransformerConfig(**{**CFG, "positional": "learned"}))
     large = Transformer(TransformerConfig(**{**CFG, "positional": "learned", "learned_std": 0.7}))

@@ -7,10 +7,10 @@
     python -m attnbook run NAME --tiny --out DIR   # a tiny run into DIR (relative; default
                                                    # runs/tiny/NAME): seconds (the tests)
     python -m attnbook run --convert               # re-express old result files in the format
-    python -m attnbook train ...                   # = python -m attnbook.train ... (any command)
+    python -m attnbook train ...                   # = python -m attnbook.commands.train ... (any command)
 
-``run`` looks NAME up in :mod:`attnbook.registry` and calls its command's ``main`` (found by name,
-as ``python -m`` finds it); the command writes its result through :mod:`attnbook.store`.
+``run`` looks NAME up in :mod:`attnbook.experiments.registry` and calls its command's ``main`` (found by name,
+as ``python -m`` finds it); the command writes its result through :mod:`attnbook.experiments.store`.
 Mistakes are one line ``error: ...`` and exit status 2.
 """
 from __future__ import annotations
@@ -21,18 +21,25 @@ import sys
 from pathlib import Path
 
 from .cli import Parser, fail
-from .convert import EXPERIMENT_OF, convert_file
-from .registry import EXPERIMENTS, run
-from . import store
-from .store import ResultError, find
+from .experiments.convert import EXPERIMENT_OF, convert_file
+from .experiments.registry import EXPERIMENTS, run
+from .experiments import store
+from .experiments.store import ResultError, find
 
-def commands() -> list[str]:
-    """The package's commands: its modules run as ``python -m attnbook.X`` (and packages with a
-    ``__main__.py``, such as attnbook.data)."""
+def commands() -> dict[str, str]:
+    """The package's commands, by name: its modules run as ``python -m attnbook.X.Y`` (a module
+    with a ``__main__`` guard; a package with a ``__main__.py``, such as attnbook.benchmarks)
+    -> their dotted path under attnbook. ``python -m attnbook NAME`` runs the one called NAME."""
     src = Path(__file__).resolve().parent
-    found = {p.stem for p in src.glob("*.py")
-             if p.name != "__main__.py" and '__name__ == "__main__"' in p.read_text()}
-    return sorted(found | {p.parent.name for p in src.glob("*/__main__.py")})
+    found = {}
+    for p in sorted(src.rglob("*.py")):
+        parts = p.relative_to(src).with_suffix("").parts
+        if p.name == "__main__.py" and len(parts) > 1:
+            found[parts[-2]] = ".".join(parts[:-1])
+        elif p.name not in ("__main__.py", "__init__.py") and \
+                '__name__ == "__main__"' in p.read_text():
+            found[parts[-1]] = ".".join(parts)
+    return found
 
 
 def listing() -> str:
@@ -118,12 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "run":
         return run_command(rest)
-    if command not in commands():
-        return fail(f"unknown command {command!r}; give run or one of {', '.join(commands())}; "
+    known = commands()
+    if command not in known:
+        return fail(f"unknown command {command!r}; give run or one of {', '.join(known)}; "
                     "see `python -m attnbook --help`")
-    module = importlib.import_module(f"attnbook.{command}")
+    module = importlib.import_module(f"attnbook.{known[command]}")
     if not hasattr(module, "main"):                            # a package: attnbook.data
-        module = importlib.import_module(f"attnbook.{command}.__main__")
+        module = importlib.import_module(f"attnbook.{known[command]}.__main__")
     return module.main(rest)
 
 

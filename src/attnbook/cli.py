@@ -1,15 +1,15 @@
 """What the commands share: their common options, train's recipe options, and one-line errors.
 
-Every command (``python -m attnbook.train``, ``evaluate``, ``translate``) fails the same way:
+Every command (``python -m attnbook.commands.train``, ``evaluate``, ``translate``) fails the same way:
 one line ``error: <problem>; <fix>`` on standard error and exit status 2, never a traceback for
 a mistake of the user's (a bad option, a missing or damaged file). :class:`Parser` does it for
 argparse's own errors, :func:`fail` for the rest.
 
 The recipe options override the preset's values (``--d-model 256 --layers 3``); ``--set
-KEY=VALUE`` reaches every field of :class:`~attnbook.recipe.TrainConfig` and of its model's
+KEY=VALUE`` reaches every field of :class:`~attnbook.training.recipe.TrainConfig` and of its model's
 ``arch`` (``--set eval_every=50``, ``--set d_k=16`` or ``--set arch.d_k=16``), all through
-:func:`attnbook.recipe.override`. The final configuration is checked
-(:func:`attnbook.recipe.check_config`) before anything runs.
+:func:`attnbook.training.recipe.override`. The final configuration is checked
+(:func:`attnbook.training.recipe.check_config`) before anything runs.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from .recipe import (ALL_MODELS, FIELDS, PRESETS, ConfigError, TrainConfig, check_config,
+from .training.recipe import (ALL_MODELS, FIELDS, PRESETS, ConfigError, TrainConfig, check_config,
                      field_name, override, preset)
 from .utils import PRECISIONS, get_device
 
@@ -79,7 +79,7 @@ def apply_common(args: argparse.Namespace) -> torch.device:
         raise UsageError(f"--device: {e}") from None
 
 
-# --- The recipe options of python -m attnbook.train ------------------------------------------
+# --- The recipe options of python -m attnbook.commands.train ------------------------------------------
 
 # field (recipe.FIELDS): (flag, argparse keywords). Every other field is reached by --set.
 OPTIONS = {

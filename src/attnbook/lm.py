@@ -11,7 +11,7 @@ A decoder-only model is a causal :class:`attnbook.transformer.SelfAttentionStack
   is given, the target is predicted, so the loss covers the target tokens only
   (:func:`prompt_target_example`). :class:`DecoderOnlyTranslator` wraps the stack in the
   ``encode``/``decode`` interface of :mod:`attnbook.decoding`, so the book's greedy and beam
-  search, ``evaluate.translate`` and BLEU work on it unchanged, and ``attnbook.train`` trains it
+  search, ``evaluate.translate`` and BLEU work on it unchanged, and ``attnbook.commands.train`` trains it
   (``--model decoder-only``) with the batches and recipe of chapter 9.
 
 Padding never shifts positions: every token's position counts the real tokens before it in its

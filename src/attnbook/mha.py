@@ -46,7 +46,7 @@ class MultiHeadAttention(nn.Module):
     Returns (out, weights): out (B, T, d_model); weights (B, h, T, S) or None.
 
     Setting ``record = True`` makes every call keep its weights and key mask in ``last``
-    (``(weights, key_mask)``), which :func:`attnbook.training.attention_entropy` reads without
+    (``(weights, key_mask)``), which :func:`attnbook.training.loop.attention_entropy` reads without
     changing any model's forward.
     """
 

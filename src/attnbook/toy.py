@@ -34,7 +34,7 @@ SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
 TASKS = ("reverse", "copy")
 
 # The reversal experiment of Part I: the settings chapters 1-3 train and score their models with,
-# and that ``python -m attnbook.toy_seeds`` repeats for more seeds. One definition, so that the
+# and that ``python -m attnbook.experiments.toy_seeds`` repeats for more seeds. One definition, so that the
 # chapters and the command cannot drift apart.
 PART1 = dict(
     task=dict(n_symbols=20, min_len=2, max_len=20, task="reverse"),  # sources of 2 to 20 symbols
@@ -270,7 +270,7 @@ def copy_alignment(model: torch.nn.Module, n_symbols: int, length: int = 20, n: 
 
 def run_difference(stored: dict, acc: dict, history: Sequence[float],
                    alignment: dict | None = None) -> float:
-    """The largest absolute difference between a run stored by ``python -m attnbook.toy_seeds``
+    """The largest absolute difference between a run stored by ``python -m attnbook.experiments.toy_seeds``
     and the same run made here: its accuracies by length (``acc``, as :func:`accuracy_by_length`
     returns them), its final loss (the mean of the last 50 of ``history``) and, if given, some of
     its attention statistics (``alignment``: keys of :func:`reversal_alignment`). 0.0 when the two
@@ -287,7 +287,7 @@ def run_difference(stored: dict, acc: dict, history: Sequence[float],
 def check_stored_run(result: dict, name: str, acc: dict, history: Sequence[float],
                      alignment: dict | None = None) -> float:
     """Check that seed 0 of run ``name`` in ``result`` (the JSON of ``python -m
-    attnbook.toy_seeds``) is the run a chapter just made; returns :func:`run_difference`.
+    attnbook.experiments.toy_seeds``) is the run a chapter just made; returns :func:`run_difference`.
 
     On the processor and PyTorch version that made the file
     (:func:`attnbook.utils.made_on_this_machine`) the runs are deterministic, so any difference

@@ -25,7 +25,7 @@ def deterministic(seed: int = 0) -> None:
 
     With ``ATTNBOOK_DETERMINISM=warn`` in the environment an operation that has no
     deterministic kernel on this device warns instead of raising (the GPU call,
-    ``attnbook.gpu_run``, sets it: one missing kernel must not cost a run that cannot be repeated).
+    ``attnbook.experiments.gpu_run``, sets it: one missing kernel must not cost a run that cannot be repeated).
     """
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     set_seed(seed)

@@ -10,7 +10,7 @@
   "use strict";
 
   var SVG = "http://www.w3.org/2000/svg";
-  // viridis, as in attnbook/explorer.py: colour-blind safe, from dark purple (0) to yellow (1)
+  // viridis, as in attnbook/book/explorer.py: colour-blind safe, from dark purple (0) to yellow (1)
   var VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
                  "#addc30", "#fde725"];
   var CELL = 22;          // px per cell

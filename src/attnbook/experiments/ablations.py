@@ -1,6 +1,6 @@
 """The paper's Table 3, in miniature: ablations of the cpu-tiny Transformer on Multi30k.
 
-    python -m attnbook.ablations --out runs/ablations --results results/cpu
+    python -m attnbook.experiments.ablations --out runs/ablations --results results/cpu
 
 Vaswani et al. (2017, Table 3) vary one thing at a time in their base model: (A) the number of
 heads at a fixed width (so d_k = d_model / h shrinks as h grows), (B) the key width d_k alone,
@@ -13,8 +13,8 @@ not depend on how busy the machine is. The baseline is exactly the leaderboard's
 Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
 validation cross-entropy without label smoothing; the paper reports both, and label smoothing
 "hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``
-(:mod:`attnbook.store`'s format); with ``--merge`` it merges this call's variants into the file
-by name (:func:`attnbook.store.merge`), and each variant's ``call`` is the index of the
+(:mod:`attnbook.experiments.store`'s format); with ``--merge`` it merges this call's variants into the file
+by name (:func:`attnbook.experiments.store.merge`), and each variant's ``call`` is the index of the
 provenance record of the call that made it.
 """
 from __future__ import annotations
@@ -27,14 +27,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import store
-from .bleu import bleu
-from .cli import Parser, add_common, fail
-from .data import load_multi30k
-from .decoding import translate
+from ..bleu import bleu
+from ..cli import Parser, add_common, fail
+from ..data import load_multi30k
+from ..decoding import translate
 from .sweeps import (SNAPSHOTS, open_run, run_name, score_all, summarise,
                      train_all)
-from .recipe import override, preset
-from .utils import get_device
+from ..training.recipe import override, preset
+from ..utils import get_device
 from .registry import SEEDS
 from .table3 import MEASURED, VARIANTS
 
@@ -64,8 +64,8 @@ def _score_ablation_run(job) -> dict:
 
 
 def merge(old: dict, new: dict) -> dict:
-    """``new``'s variants (a result of one call, :mod:`attnbook.store`) added to ``old``'s by
-    :func:`attnbook.store.merge` (a variant of the same name is replaced; another preset or test
+    """``new``'s variants (a result of one call, :mod:`attnbook.experiments.store`) added to ``old``'s by
+    :func:`attnbook.experiments.store.merge` (a variant of the same name is replaced; another preset or test
     set is a one-line ResultError), in the order of VARIANTS; each variant's ``call`` is the index
     of the call that made it, and ``train_time_s_sum`` covers them all."""
     out = store.merge(old, new, "variants", by=("variant",), same=("preset", "test_set"))
@@ -95,7 +95,7 @@ def variant_table(names, jobs, runs) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.ablations",
+    p = Parser(prog="python -m attnbook.experiments.ablations",
                description="The paper's Table 3 in miniature (cpu-tiny, Multi30k).")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")
     p.add_argument("--results", type=Path, help="folder for ablations.json")
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                     "to another --results folder")
         except store.ResultError as e:
             return fail(e)
-    with store.record(store.command_line("attnbook.ablations", argv), threads=args.threads,
+    with store.record(store.command_line("attnbook.experiments.ablations", argv), threads=args.threads,
                       processes=args.jobs, note=args.note) as call:
         start = time.perf_counter()
         train_all([(c, f) for _, c, f in jobs], args.jobs, args.threads, args.data_dir,

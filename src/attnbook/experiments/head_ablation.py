@@ -1,7 +1,7 @@
 """Do the heads that look interesting matter? Ablating the attention heads of a trained
 translator one at a time (the book's attention page, "What the weights do not tell you").
 
-    python -m attnbook.head_ablation --run runs/cpu-base/medium --average 5 --out results/cpu/head_ablation.json
+    python -m attnbook.experiments.head_ablation --run runs/cpu-base/medium --average 5 --out results/cpu/head_ablation.json
 
 A head is *ablated* by zeroing its output before the output projection W_o mixes the heads:
 a forward pre-hook on ``W_o`` sets the slice ``[..., i*d_v:(i+1)*d_v]`` of its input, head i's
@@ -27,7 +27,7 @@ and its neighbours, for cross-attention the monotone alignment) and the mean wei
 first key (the sink: ``<s>`` in the decoder, the first piece in the encoder). Averages are over
 real query positions, padding excluded.
 
-Writes ``OUT`` (JSON in :mod:`attnbook.store`'s format: its provenance record has the command,
+Writes ``OUT`` (JSON in :mod:`attnbook.experiments.store`'s format: its provenance record has the command,
 git commit, hardware, threads, versions, wall and processor time; no absolute paths) and, with ``--figure``, a scatter plot of each head's loss increase against its
 entropy (SVG).
 """
@@ -40,16 +40,17 @@ from pathlib import Path
 
 import torch
 
-from . import __version__, store
-from .batching import TranslationBatches, translation_loss
-from .bleu import bleu
-from .cli import Parser, UsageError, add_common, apply_common, fail
-from .data import DataError, load_multi30k
-from .decoding import translate
-from .mha import MultiHeadAttention, recording
-from .plotting import OKABE_ITO, use_book_style
-from .recipe import forward_logits
-from .runs import RunError, load_run
+from .. import __version__
+from . import store
+from ..batching import TranslationBatches, translation_loss
+from ..bleu import bleu
+from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..data import DataError, load_multi30k
+from ..decoding import translate
+from ..mha import MultiHeadAttention, recording
+from ..plotting import OKABE_ITO, use_book_style
+from ..training.recipe import forward_logits
+from ..training.runs import RunError, load_run
 
 # id: (name, module name pattern; the layer number goes in the braces), as on the attention page
 KINDS = {"enc": ("encoder self-attention", "encoder.{}.self_attn"),
@@ -272,7 +273,7 @@ def figure(result: dict, path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.head_ablation", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m attnbook.experiments.head_ablation", description=__doc__.split("\n")[0])
     p.add_argument("--run", type=Path, required=True, help="run folder of a Transformer")
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--figure", type=Path, help="also draw the scatter plot into this SVG file")
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("give --run, --out and --figure relative to the repository: "
                              "they are recorded in the results")
         apply_common(args)
-        with store.record(store.command_line("attnbook.head_ablation", argv),
+        with store.record(store.command_line("attnbook.experiments.head_ablation", argv),
                           threads=torch.get_num_threads()) as call:
             result = ablation_study(args.run, args.average, args.every, args.data_dir,
                                     device="cpu")

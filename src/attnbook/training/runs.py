@@ -1,7 +1,7 @@
 """Run folders (chapter 9): checkpoints written atomically and loaded safely, a trained run's
 model and tokenizer, the log kept to one line per evaluation, and checkpoint averaging.
 
-A run folder written by ``python -m attnbook.train`` holds ``checkpoint.pt`` (model, optimizer,
+A run folder written by ``python -m attnbook.commands.train`` holds ``checkpoint.pt`` (model, optimizer,
 schedule, data position and random states), ``tokenizer.model``, ``config.json`` (the run's
 configuration, written when the command starts), ``log.jsonl`` (one line per evaluation),
 ``metrics.json`` and, if asked for, ``snapshots/step_N.pt`` (weights only).
@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from .recipe import TrainConfig, build_model, differences
-from .tokenizer import Tokenizer, TokenizerError
-from .utils import get_device
+from ..tokenizer import Tokenizer, TokenizerError
+from ..utils import get_device
 
 
 class RunError(ValueError):
@@ -44,7 +44,7 @@ def save_checkpoint(path: Path, **state) -> None:
 
 
 def load_checkpoint(path: Path, device="cpu",
-                    missing: str = "train a run first with `python -m attnbook.train`") -> dict:
+                    missing: str = "train a run first with `python -m attnbook.commands.train`") -> dict:
     """Load safely: ``weights_only=True`` refuses anything but tensors and plain containers.
 
     A missing file raises MissingRunFile "no checkpoint at PATH; ``missing``" (the fix for the
@@ -58,11 +58,11 @@ def load_checkpoint(path: Path, device="cpu",
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # UnpicklingError, RuntimeError (a cut zip archive), EOFError, KeyError
         raise RunError(f"{path} is not a readable checkpoint ({_reason(e)}): it is damaged or "
-                       "truncated (an interrupted copy?) or was not written by attnbook.train; "
+                       "truncated (an interrupted copy?) or was not written by attnbook.commands.train; "
                        "copy it again from where the run was trained, or train the run again"
                        ) from e
     if not isinstance(ckpt, dict) or "model" not in ckpt:
-        raise RunError(f"{path} holds no model weights: it was not written by attnbook.train; "
+        raise RunError(f"{path} holds no model weights: it was not written by attnbook.commands.train; "
                        "give the checkpoint.pt of a run folder")
     return ckpt
 
@@ -113,7 +113,7 @@ def snapshot_files(run: Path, last_step: int) -> list[tuple[int, Path]]:
 
 
 def load_run(run: Path, device=None, average: int = 1):
-    """The model, tokenizer and config of a run folder written by ``python -m attnbook.train``;
+    """The model, tokenizer and config of a run folder written by ``python -m attnbook.commands.train``;
     with ``average`` = k > 1, the model's weights are the mean of its last k snapshots
     (the checkpoint and the k - 1 snapshots before it: checkpoint averaging).
 
@@ -121,14 +121,14 @@ def load_run(run: Path, device=None, average: int = 1):
     """
     run = Path(run)
     device = device or get_device()
-    train_one = f"train one with `python -m attnbook.train --preset cpu-tiny --out {run}`"
+    train_one = f"train one with `python -m attnbook.commands.train --preset cpu-tiny --out {run}`"
     if not run.is_dir():
         raise MissingRunFile(f"{run} is not a run folder; {train_one}")
     path = run / "checkpoint.pt"
     ckpt = load_checkpoint(path, device, missing=f"give the folder of a trained run, or {train_one}")
     if "config" not in ckpt:
         raise RunError(f"{path} holds weights only (a snapshot?), not a run's checkpoint: "
-                       "give a run folder whose checkpoint.pt was written by attnbook.train")
+                       "give a run folder whose checkpoint.pt was written by attnbook.commands.train")
     tok_path = run / "tokenizer.model"
     copy = "copy the run's tokenizer.model from where it was trained (a model works with its own only)"
     if not tok_path.is_file():

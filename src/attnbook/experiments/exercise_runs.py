@@ -1,7 +1,7 @@
 """The measured answers of the book's experimental exercises.
 
-    python -m attnbook.exercise_runs --results results/cpu    # all: 21 min of CPU, one thread
-    python -m attnbook.exercise_runs --results results/cpu --only ex-09-beam-width
+    python -m attnbook.experiments.exercise_runs --results results/cpu    # all: 21 min of CPU, one thread
+    python -m attnbook.experiments.exercise_runs --results results/cpu --only ex-09-beam-width
 
 Each experiment runs as its exercise's solution describes it, with the package's functions, one
 thread, and 3 seeds wherever it compares settings:
@@ -32,7 +32,7 @@ thread, and 3 seeds wherever it compares settings:
 
 The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
 min and max over seeds, and its wall and CPU time; the calls that made it are in its provenance
-records (:mod:`attnbook.store`: command, git commit, date, threads, versions and hardware)
+records (:mod:`attnbook.experiments.store`: command, git commit, date, threads, versions and hardware)
 (the CPU time shows the work when other jobs share the machine: the committed file took 21
 minutes of CPU and 40 of wall time on the book's busy 2-core VM; ex-07-rope-length and
 ex-08-warmup-experiment, added with ``--only``, half a minute and 4 minutes more); ``--only``
@@ -53,24 +53,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import PAD_ID, store
-from .attention import causal_mask
-from .batching import translation_loss
-from .bleu import bleu
-from .cli import Parser, add_common, fail
-from .data import DataError, load_multi30k
-from .decoding import greedy_generate, translate
-from .lm import lm_loss, token_positions
-from .mha import MultiHeadAttention
-from .recipe import preset
-from .runs import load_run
-from .tasks import (NeighbourReader, make_caesar_copy_task, make_lookback_task,
+from .. import PAD_ID
+from . import store
+from ..attention import causal_mask
+from ..batching import translation_loss
+from ..bleu import bleu
+from ..cli import Parser, add_common, fail
+from ..data import DataError, load_multi30k
+from ..decoding import greedy_generate, translate
+from ..lm import lm_loss, token_positions
+from ..mha import MultiHeadAttention
+from ..training.recipe import preset
+from ..training.runs import load_run
+from ..tasks import (NeighbourReader, make_caesar_copy_task, make_lookback_task,
                     make_neighbour_batch, task_accuracy, train_on_task)
-from .tokenizer import TokenizerError
-from .training import train
-from .toy import make_batch as make_reverse_batch
-from .toy import vocab_size as toy_vocab_size
-from .transformer import SelfAttentionStack, Transformer, TransformerConfig
+from ..tokenizer import TokenizerError
+from ..training.loop import train
+from ..toy import make_batch as make_reverse_batch
+from ..toy import vocab_size as toy_vocab_size
+from ..transformer import SelfAttentionStack, Transformer, TransformerConfig
 from .registry import SEEDS
 
 # Each experiment's settings: what the book's solutions quote, and the tests' tiny scale.
@@ -393,7 +394,7 @@ EXPERIMENTS = {"ex-05-heads-width": (heads_width, HEADS_WIDTH),
 
 def run(name: str, tiny: bool = False) -> dict:
     """Run one exercise's experiment; its entry of exercises.json (with its own wall and CPU
-    time; the call's provenance is the file's, :mod:`attnbook.store`)."""
+    time; the call's provenance is the file's, :mod:`attnbook.experiments.store`)."""
     fn, settings = EXPERIMENTS[name]
     s = settings | (TINY[name] if tiny else {})
     start, cpu = time.perf_counter(), time.process_time()
@@ -405,7 +406,7 @@ def run(name: str, tiny: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.exercise_runs",
+    p = Parser(prog="python -m attnbook.experiments.exercise_runs",
                description="Run the experiments of the exercises whose solutions quote a "
                            "measurement, and write RESULTS/exercises.json.")
     p.add_argument("--results", type=Path, required=True,
@@ -430,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     if other:                                        # refused before anything runs
         return fail(f"{out} holds {', '.join(sorted(map(str, other)))}-scale entries, this call "
                     f"is {scale}; give the file's scale (--tiny or not), or another --results")
-    command = store.command_line("attnbook.exercise_runs", sys.argv[1:] if argv is None else argv)
+    command = store.command_line("attnbook.experiments.exercise_runs", sys.argv[1:] if argv is None else argv)
     names = args.only or list(EXPERIMENTS)
     entries = {}
     try:
@@ -443,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(e)
     result = store.result("exercises", {
         "about": "measured answers of the book's experimental exercises "
-                 "(python -m attnbook.exercise_runs); each entry names the call that made it",
+                 "(python -m attnbook.experiments.exercise_runs); each entry names the call that made it",
         "exercises": entries}, call)
     result["calls"][0]["rows"] = names
     try:

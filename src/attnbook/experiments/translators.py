@@ -1,14 +1,14 @@
 """Chapter 9's experiments, run as commands: the learning-rate sweep and the seeded leaderboard.
 
-    python -m attnbook.experiments sweep --preset cpu-tiny --out runs/sweep --results results/cpu
-    python -m attnbook.experiments board --preset cpu-tiny --out runs/board --reuse runs/sweep \
+    python -m attnbook.experiments.translators sweep --preset cpu-tiny --out runs/sweep --results results/cpu
+    python -m attnbook.experiments.translators board --preset cpu-tiny --out runs/board --reuse runs/sweep \
         --results results/cpu
-    python -m attnbook.experiments board --preset gpu-base --out runs/board-gpu --jobs 1 \
+    python -m attnbook.experiments.translators board --preset gpu-base --out runs/board-gpu --jobs 1 \
         --results results/gpu                                          # on a GPU
-    python -m attnbook.experiments base --out runs/cpu-base --jobs 1 --threads 2 \
+    python -m attnbook.experiments.translators base --out runs/cpu-base --jobs 1 --threads 2 \
         --results results/cpu                                          # an evening on a CPU
 
-Both train many small runs with ``attnbook.train`` (``--jobs`` processes at once, each with
+Both train many small runs with ``attnbook.commands.train`` (``--jobs`` processes at once, each with
 ``--threads`` PyTorch threads: one thread per run gives results that do not depend on how busy
 the machine is), then score them.
 
@@ -42,18 +42,18 @@ from pathlib import Path
 import torch
 
 from . import store
-from .batching import TranslationBatches, make_batch, translation_loss
-from .bleu import bleu, bleu_by_length
-from .cli import Parser, add_common
-from .data import load_multi30k
-from .decoding import translate
-from .recipe import MODELS, forward_logits, override, preset
-from .runs import average_checkpoints, load_checkpoint, save_checkpoint, snapshot_files
+from ..batching import TranslationBatches, make_batch, translation_loss
+from ..bleu import bleu, bleu_by_length
+from ..cli import Parser, add_common
+from ..data import load_multi30k
+from ..decoding import translate
+from ..training.recipe import MODELS, forward_logits, override, preset
+from ..training.runs import average_checkpoints, load_checkpoint, save_checkpoint, snapshot_files
 from .registry import SEEDS
 from .sweeps import (SNAPSHOTS, load_weights, open_run, run_name,  # noqa: F401
                      score_all, summarise, train_all)
-from .training import validation_loss
-from .utils import get_device
+from ..training.loop import validation_loss
+from ..utils import get_device
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each
 # range brackets its model's best rate: a best rate at the end of a range would call for more.
@@ -272,7 +272,7 @@ EXAMPLES = (0, 100, 200, 300, 400)
 
 def parser() -> Parser:
     """The command's options."""
-    p = Parser(prog="python -m attnbook.experiments",
+    p = Parser(prog="python -m attnbook.experiments.translators",
                description="Chapter 9's learning-rate sweep and seeded leaderboard.")
     p.add_argument("what", choices=("sweep", "board", "base", "train-only"))
     add_common(p, "preset", "device", "data-dir")
@@ -360,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         jobs = base_jobs(args.out, args.max_steps)
     else:
         jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse)
-    # the call's provenance (attnbook.store); each run's own threads are the call's threads
-    with store.record(store.command_line("attnbook.experiments", argv), threads=args.threads,
+    # the call's provenance (attnbook.experiments.store); each run's own threads are the call's threads
+    with store.record(store.command_line("attnbook.experiments.translators", argv), threads=args.threads,
                       processes=args.jobs, note=args.note) as call:
         start = time.perf_counter()
         train_all(jobs, args.jobs, args.threads, args.data_dir, args.device)

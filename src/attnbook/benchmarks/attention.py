@@ -19,10 +19,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .attention import scaled_dot_product_attention
-from .bench import _synchronize, attention_inputs, peak_memory, time_call
-from .mha import MultiHeadAttention
-from .torch_twins import attention_from_torch
+from ..attention import scaled_dot_product_attention
+from ..bench import _synchronize, attention_inputs, peak_memory, time_call
+from ..mha import MultiHeadAttention
+from ..torch_twins import attention_from_torch
 
 
 # ---------------------------------------------------------------------------------------------

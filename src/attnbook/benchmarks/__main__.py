@@ -4,7 +4,7 @@
     python -m attnbook.benchmarks --quick                # tiny sizes, seconds (the tests)
     python -m attnbook.benchmarks --only decoding --threads 1 --out results/bench
 
-What each benchmark measures, how it is timed and what it writes is in ``attnbook.bench_suite``
+What each benchmark measures, how it is timed and what it writes is in ``attnbook.benchmarks.suite``
 (the library the appendix "Performance" and the GPU call use).
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from .bench_suite import DEFAULT_OUT, SECTIONS, run_section, save_plot
-from .cli import Parser
-from .store import command_line
+from .suite import DEFAULT_OUT, SECTIONS, run_section, save_plot
+from ..cli import Parser
+from ..experiments.store import command_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
                description="The book's benchmark suite (appendix Performance).")
     p.add_argument("--quick", action="store_true", help="tiny sizes: seconds (the tests run it)")
     p.add_argument("--short", action="store_true",
-                   help="the GPU call's budget (python -m attnbook.gpu_run): full sizes, but on "
+                   help="the GPU call's budget (python -m attnbook.experiments.gpu_run): full sizes, but on "
                         "a GPU the training benchmark measures only the paper's base model, "
                         "without fp32 compiled, in 6 rounds")
     p.add_argument("--only", action="append", choices=SECTIONS,

@@ -1,8 +1,8 @@
 """Part I's experiments on the reversal task with three seeds: what chapters 1-3 train for seed 0.
 
-    python -m attnbook.toy_seeds --results results/cpu      # RESULTS/toy_seeds.json, one thread:
+    python -m attnbook.experiments.toy_seeds --results results/cpu      # RESULTS/toy_seeds.json, one thread:
                                                             # 15 CPU-minutes (34 on a busy 2-core VM)
-    python -m attnbook.toy_seeds --results out --tiny       # a few steps each: what the tests run
+    python -m attnbook.experiments.toy_seeds --results out --tiny       # a few steps each: what the tests run
 
 Every run is trained and scored exactly as the chapters train and score seed 0, with the settings
 of :data:`attnbook.toy.PART1`: ``deterministic(seed)``, then the model, then
@@ -25,16 +25,16 @@ mean of the last 50 steps, as chapter 3 prints it), the loss in blocks of 50 ste
 time; for the models without attention the accuracy of each output position on 20-symbol sources
 (chapter 1's measurement), and for the attention models the statistics of their weights on
 chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`, or
-:func:`attnbook.toy.copy_alignment` for the copy task). The JSON (:mod:`attnbook.store`'s format)
+:func:`attnbook.toy.copy_alignment` for the copy task). The JSON (:mod:`attnbook.experiments.store`'s format)
 also names the settings, and its provenance record the command, git commit, date, hardware,
 versions, threads (1), wall and CPU time; chapters 1-3 load it.
 
 ``--merge`` runs only the runs named by ``--runs`` and merges them into the existing JSON by
-(name, seed) (:func:`attnbook.store.merge`; other seeds or scale are a one-line error): its other
+(name, seed) (:func:`attnbook.experiments.store.merge`; other seeds or scale are a one-line error): its other
 runs and its timing stay as they were, and the merging call is appended to its ``calls`` with
 the runs it made, so each run still names the call that made it:
 
-    python -m attnbook.toy_seeds --results results/cpu --runs copy --no-timing --merge
+    python -m attnbook.experiments.toy_seeds --results results/cpu --runs copy --no-timing --merge
 """
 from __future__ import annotations
 
@@ -46,12 +46,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import PAD_ID, store
-from .cli import Parser, fail
-from .rnn import Seq2Seq
-from .toy import (PART1, accuracy_by_length, copy_alignment, greedy_tokens, make_batch,
+from .. import PAD_ID
+from . import store
+from ..cli import Parser, fail
+from ..rnn import Seq2Seq
+from ..toy import (PART1, accuracy_by_length, copy_alignment, greedy_tokens, make_batch,
                   reversal_alignment, train_toy, vocab_size)
-from .utils import count_parameters, deterministic
+from ..utils import count_parameters, deterministic
 from .registry import SEEDS
 
 STEPS, SCORE_STEPS, D_MODEL = PART1["train"]["steps"], PART1["score_steps"], PART1["d_model"]
@@ -154,7 +155,7 @@ def spread(runs: list[dict], key: str) -> dict:
 
 def merged(old: dict, new: dict) -> dict:
     """``old`` (a toy_seeds.json) with the runs of ``new`` (a call with ``--merge``) put in, by
-    :func:`attnbook.store.merge`: the runs of ``new`` replace any of ``old`` with the same name
+    :func:`attnbook.experiments.store.merge`: the runs of ``new`` replace any of ``old`` with the same name
     and seed (other seeds or scale: a one-line ResultError); the runs are listed in the order of
     :data:`RUNS`, then seed; ``old``'s timing stays, and the new call is appended to ``calls``
     with the keys of its runs."""
@@ -195,7 +196,7 @@ def runs_of(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.toy_seeds",
+    p = Parser(prog="python -m attnbook.experiments.toy_seeds",
                description="Part I's reversal experiments (chapters 1-3) with several seeds.")
     p.add_argument("--results", type=Path, required=True,
                    help="folder for toy_seeds.json, relative to the repository (results/cpu)")
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{out} has seeds {old.get('seeds')} at scale {old.get('scale')!r}: merge "
                     "runs with the same seeds and scale")
     torch.set_num_threads(1)                 # as the chapters (train_toy uses one thread anyway)
-    command = store.command_line("attnbook.toy_seeds", argv)
+    command = store.command_line("attnbook.experiments.toy_seeds", argv)
     with store.record(command, threads=torch.get_num_threads(), note=args.note) as call:
         result = runs_of(args)
     seconds = call.wall_s

@@ -5,7 +5,7 @@ An :class:`Experiment` names the command module that does the work (run by name,
 would: the library imports no command), the arguments of the full run that made the committed
 file, those of a tiny run (seconds; the tests), how ``--seeds`` and ``--only KEY`` are passed on,
 and the chapters that show it. Its cost is read from the committed file's provenance record
-(:mod:`attnbook.store`): the CPU time of its calls (their wall time where none was recorded).
+(:mod:`attnbook.experiments.store`): the CPU time of its calls (their wall time where none was recorded).
 """
 from __future__ import annotations
 
@@ -78,46 +78,46 @@ def _exp(*a, **kw) -> Experiment:
 
 
 EXPERIMENTS = {e.name: e for e in [
-    _exp("toy_seeds", "toy_seeds", ("cpu/toy_seeds.json",), "chapters 1-3",
+    _exp("toy_seeds", "experiments.toy_seeds", ("cpu/toy_seeds.json",), "chapters 1-3",
          ("--results", "results/cpu"), tiny=("--results", "{out}", "--tiny", "--no-timing"),
          only=("--runs", "{key}", "--no-timing", "--merge")),
-    _exp("exercises", "exercise_runs", ("cpu/exercises.json",), "chapters 5-10",
+    _exp("exercises", "experiments.exercise_runs", ("cpu/exercises.json",), "chapters 5-10",
          ("--results", "results/cpu"), seeds_flag="",
          tiny=("--results", "{out}", "--tiny", "--only", "ex-06-too-good"),
          only=("--only", "{key}")),
-    _exp("beyond", "beyond_runs", ("cpu/beyond.json",), "chapter 11",
+    _exp("beyond", "experiments.beyond_runs", ("cpu/beyond.json",), "chapter 11",
          ("--out", "results/cpu/beyond.json"),
          tiny=("--out", "{out}/beyond.json", "--steps", "2", "--only", "reversal"),
          only=("--only", "{key}")),
-    _exp("ablations", "ablations", ("cpu/ablations.json",),
+    _exp("ablations", "experiments.ablations", ("cpu/ablations.json",),
          "chapters 5, 7 and 9, the ablations appendix",
          ("--out", "runs/ablations", "--results", "results/cpu", "--jobs", "2", "--threads", "1"),
          tiny=("--out", "{out}/runs", "--results", "{out}", "--variants", "base", "--steps", "2",
                "--sentences", "8", "--jobs", "1"),
          only=("--variants", "{key}", "--merge"), needs="Multi30k"),
-    _exp("sweep", "experiments", ("cpu/sweep.json",), "chapter 9",
+    _exp("sweep", "experiments.translators", ("cpu/sweep.json",), "chapter 9",
          ("sweep", "--preset", "cpu-tiny", "--out", "runs/sweep", "--results", "results/cpu"),
          seeds_flag="", tiny=("sweep", "--preset", "smoke", "--models", "transformer",
                               "--max-steps", "2",
                               "--sentences", "8", "--out", "{out}/runs", "--results", "{out}"),
          needs="Multi30k"),
-    _exp("board", "experiments", ("cpu/board.json",), "chapters 8-10",
+    _exp("board", "experiments.translators", ("cpu/board.json",), "chapters 8-10",
          ("board", "--preset", "cpu-tiny", "--out", "runs/board", "--reuse", "runs/sweep",
           "--results", "results/cpu"),
          tiny=("board", "--preset", "smoke", "--models", "transformer", "--seeds", "0",
                "--sentences", "8",
                "--out", "{out}/runs", "--results", "{out}"), needs="Multi30k; the sweep's runs"),
-    _exp("base", "experiments", ("cpu/cpu_base.json",), "chapter 9, the attention-map pages of the book",
+    _exp("base", "experiments.translators", ("cpu/cpu_base.json",), "chapter 9, the attention-map pages of the book",
          ("base", "--out", "runs/cpu-base", "--results", "results/cpu", "--jobs", "1",
           "--threads", "2"), seeds_flag="", needs="Multi30k",
          tiny=("base", "--max-steps", "2", "--sentences", "8", "--jobs", "1", "--out",
                "{out}/runs", "--results", "{out}")),
-    _exp("timing_2threads", "train", ("cpu/cpu_tiny_transformer_2threads.json",), "chapter 9",
+    _exp("timing_2threads", "commands.train", ("cpu/cpu_tiny_transformer_2threads.json",), "chapter 9",
          ("--preset", "cpu-tiny", "--out", "runs/timing", "--threads", "2"), seeds_flag="",
          tiny=("--preset", "smoke", "--out", "{out}/timing", "--threads", "1", "--max-steps",
                "2"),
          needs="Multi30k; its run's metrics.json is the result", collect="--out"),
-    _exp("head_ablation", "head_ablation", ("cpu/head_ablation.json",),
+    _exp("head_ablation", "experiments.head_ablation", ("cpu/head_ablation.json",),
          "chapter 9, the attention-map pages of the book",
          ("--run", "runs/cpu-base/medium", "--average", "5", "--out",
           "results/cpu/head_ablation.json", "--figure", "results/cpu/head_ablation.svg"),
@@ -125,14 +125,14 @@ EXPERIMENTS = {e.name: e for e in [
                               "{out}/head_ablation.json"),
          needs="the run folder runs/cpu-base/medium (experiment base; tiny: the tiny run of "
                "timing_2threads in the same folder)"),
-    _exp("head_ablation_cpu_tiny", "head_ablation",
+    _exp("head_ablation_cpu_tiny", "experiments.head_ablation",
          tuple(f"cpu/head_ablation_cpu_tiny/seed{s}.json" for s in SEEDS), "the attention-map pages of the book",
          ("--run", "runs/ablations/base/transformer_lr0.006_seed{seed}_steps1200", "--out",
           "results/cpu/head_ablation_cpu_tiny/seed{seed}.json"), seeds_flag="",
          tiny=("--run", "{out}/timing", "--every", "0", "--out",
                "{out}/head_ablation_cpu_tiny/seed{seed}.json"),
          needs="the ablations' base runs (experiment ablations; tiny: as head_ablation)"),
-    _exp("score_scales", "score_scales", ("cpu/score_scales.json",), "chapter 4",
+    _exp("score_scales", "experiments.score_scales", ("cpu/score_scales.json",), "chapter 4",
          ("--run", "runs/cpu-base/medium", "--average", "5", "--out",
           "results/cpu/score_scales.json"), seeds_flag="",
          tiny=("--run", "{out}/timing", "--average", "1", "--sentences", "16", "--out",
@@ -146,18 +146,18 @@ EXPERIMENTS = {e.name: e for e in [
          seeds_flag="", tiny=("--quick", "--device", "cpu", "--threads", "1", "--only",
                               "decoding", "--out", "{out}"),
          only=("--only", "{key}")),
-    _exp("gpu_run", "gpu_run", ("gpu/gpu_run.json",), "chapter 9, the performance appendix",
+    _exp("gpu_run", "experiments.gpu_run", ("gpu/gpu_run.json",), "chapter 9, the performance appendix",
          ("--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then make gpu-run (tools/gpu_run.sh; its "
                "--dry-run is tested by tests/test_gpu_run.py), then --collect"),
-    _exp("gpu_run_eager", "gpu_run", ("gpu/gpu_run_eager.json",), "chapter 9",
+    _exp("gpu_run_eager", "experiments.gpu_run", ("gpu/gpu_run_eager.json",), "chapter 9",
          ("--plan", "eager", "--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then bash tools/gpu_run.sh --plan eager, then "
                "--collect"),
 ]}
 
 
-# The provenance keys of a run's metrics.json (attnbook.training), moved into the record.
+# The provenance keys of a run's metrics.json (attnbook.training.loop), moved into the record.
 METRICS_PROVENANCE = ("hardware", "date", "threads", "processes")
 
 
@@ -177,6 +177,8 @@ def run(name: str, argv: list[str], tiny_out: str | None = None) -> int:
     run folder's metrics become its result (under ``tiny_out`` for a tiny run)."""
     e = EXPERIMENTS[name]
     module = importlib.import_module(f"attnbook.{e.module}")
+    if not hasattr(module, "main"):                            # a package: attnbook.benchmarks
+        module = importlib.import_module(f"attnbook.{e.module}.__main__")
     if not e.collect:
         return module.main(argv)
     with store.record(store.command_line(f"attnbook.{e.module}", argv)) as call:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from .data import load_multi30k
-from .recipe import same_run
-from .runs import load_run
-from .training import train
-from .utils import get_device
+from ..data import load_multi30k
+from ..training.recipe import same_run
+from ..training.runs import load_run
+from ..training.loop import train
+from ..utils import get_device
 
 SNAPSHOTS = (150, 300, 600)   # snapshots of the weights at these steps: BLEU against budget
 

@@ -1,8 +1,8 @@
 """Homework: the student edition of the notebooks and the grading command.
 
-    python -m attnbook.homework student notebooks/ student/     # what `make student` runs
-    python -m attnbook.homework grade student/01_bottleneck.ipynb
-    python -m attnbook.homework grade submissions/              # a teacher: every notebook in a folder
+    python -m attnbook.book.homework student notebooks/ student/     # what `make student` runs
+    python -m attnbook.book.homework grade student/01_bottleneck.ipynb
+    python -m attnbook.book.homework grade submissions/              # a teacher: every notebook in a folder
 
 How exercises are written in a notebook (sphinx-exercise's gated solutions)::
 
@@ -20,7 +20,7 @@ An experimental exercise's solution may hold code cells that *run* the experimen
 class), and so may a coding exercise's, after the cell that defines the answer (a measurement
 made with it): the book shows the measured result its written solution quotes, and the student
 edition removes them with the written solution. Many show a committed result
-(``results/cpu/exercises.json``, ``python -m attnbook.exercise_runs``).
+(``results/cpu/exercises.json``, ``python -m attnbook.experiments.exercise_runs``).
 
 The **student edition** replaces every solution code cell by a stub — each function and class
 keeps its signature and docstring, and its body becomes ``raise NotImplementedError(hint)`` —
@@ -43,8 +43,8 @@ from pathlib import Path
 
 import nbformat
 
-from .cli import Parser, fail
-from .graders import GRADERS, GradeResult
+from ..cli import Parser, fail
+from ..graders import GRADERS, GradeResult
 
 SOLUTION_START = re.compile(r"```\{solution-start\}\s+(\S+)")
 SOLUTION_END = re.compile(r"```\{solution-end\}")
@@ -260,7 +260,7 @@ def format_table(rows: list[tuple[str, GradeResult]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m attnbook.homework",
+    parser = Parser(prog="python -m attnbook.book.homework",
                     description="Student edition and grading of the book's homework.")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("student", help="write the student edition of notebooks")

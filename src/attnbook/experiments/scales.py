@@ -11,7 +11,7 @@ accumulates, over the real query positions and the keys each may attend to,
     row_var_scaled      the variance of the scaled scores *within* one query's row, averaged over
                         rows (what sets how sharp the softmax is: it ignores a shift of a row)
 
-``python -m attnbook.score_scales`` (``attnbook.score_scales``, the command) measures with
+``python -m attnbook.experiments.score_scales`` (``attnbook.experiments.score_scales``, the command) measures with
 :func:`measure_run` a trained translator and a freshly initialised model of the same configuration on the
 first ``--sentences`` validation pairs of Multi30k. :func:`width_sweep` measures freshly
 initialised Transformers of several widths (chapter 4 runs it live).
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-from .attention import causal_mask
-from .batching import make_batch
-from .data import load_multi30k
-from .mha import MultiHeadAttention
-from .recipe import build_model, forward_logits
-from .runs import load_run
-from .transformer import Transformer, TransformerConfig
+from ..attention import causal_mask
+from ..batching import make_batch
+from ..data import load_multi30k
+from ..mha import MultiHeadAttention
+from ..training.recipe import build_model, forward_logits
+from ..training.runs import load_run
+from ..transformer import Transformer, TransformerConfig
 
 STATS = ("var_q", "var_k", "var_dot", "var_scaled", "row_var_scaled")
 

@@ -1,9 +1,9 @@
 """The GPU call: everything the book measures on a GPU, as one command of at most nine minutes.
 
-    python -m attnbook.gpu_run --prepare-data       # once, here: Multi30k into .gpu_data/ (ignored)
-    bash tools/gpu_run.sh                           # on the GPU: python -m attnbook.gpu_run --out $OUT
-    python -m attnbook.gpu_run --out OUT --dry-run  # the same parts, tiny, on the CPU (make test)
-    python -m attnbook.gpu_run --collect OUT        # afterwards: the call's files into results/
+    python -m attnbook.experiments.gpu_run --prepare-data       # once, here: Multi30k into .gpu_data/ (ignored)
+    bash tools/gpu_run.sh                           # on the GPU: python -m attnbook.experiments.gpu_run --out $OUT
+    python -m attnbook.experiments.gpu_run --out OUT --dry-run  # the same parts, tiny, on the CPU (make test)
+    python -m attnbook.experiments.gpu_run --collect OUT        # afterwards: the call's files into results/
 
 ``--plan eager`` runs check, train and score only, with five of the candidates for 150 s each
 (about four minutes).
@@ -56,19 +56,19 @@ import torch
 from matplotlib.figure import Figure
 
 from . import store
-from .bench_suite import save_plot
-from .bleu import bleu
-from .cli import Parser, fail
-from .data import SPLITS, DataError, locate, load_multi30k
-from .decoding import translate
-from .plotting import OKABE_ITO, use_book_style
-from .recipe import ConfigError, check_config, flatten, override, preset
-from .runs import RunError, load_run
-from .tokenizer import multi30k_tokenizer
-from .training import train
-from .utils import get_device, versions
+from ..benchmarks.suite import save_plot
+from ..bleu import bleu
+from ..cli import Parser, fail
+from ..data import SPLITS, DataError, locate, load_multi30k
+from ..decoding import translate
+from ..plotting import OKABE_ITO, use_book_style
+from ..training.recipe import ConfigError, check_config, flatten, override, preset
+from ..training.runs import RunError, load_run
+from ..tokenizer import multi30k_tokenizer
+from ..training.loop import train
+from ..utils import get_device, versions
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA_COPY = ROOT / ".gpu_data"            # what travels to the GPU machine (ignored by git)
 MIN_TORCH = (2, 4)                        # the oldest PyTorch the call's code paths are known for
 SCHEMA = 1
@@ -320,7 +320,7 @@ def run_processes(commands: list[list[str]], limit: float, log: Path, env: dict 
 
 def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
     """The child processes of one part."""
-    me = [sys.executable, "-m", "attnbook.gpu_run"]
+    me = [sys.executable, "-m", "attnbook.experiments.gpu_run"]
     if part == "train":
         return [me + ["_candidate", plan.name, str(work), n] for n in plan.candidates]
     if part in ("check", "score"):
@@ -329,7 +329,7 @@ def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
     return [[sys.executable, "-m", "attnbook.benchmarks", "--only", section, "--device",
              plan.device, "--out", plan.device, "--short", "--no-plots",
              "--threads", str(plan.threads if plan.name == "dry" else 4),
-             "--note", "the GPU call (python -m attnbook.gpu_run)"]
+             "--note", "the GPU call (python -m attnbook.experiments.gpu_run)"]
             + (["--quick"] if plan.name == "dry" else [])]
 
 
@@ -338,7 +338,7 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     then the summary. Returns it."""
     out.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(parents=True, exist_ok=True)
-    own = "python -m attnbook.gpu_run" + {"dry": " --dry-run", "eager": " --plan eager"}.get(
+    own = "python -m attnbook.experiments.gpu_run" + {"dry": " --dry-run", "eager": " --plan eager"}.get(
         plan.name, "") + " --out OUT"
     with store.record(own, threads=plan.threads, processes=len(plan.candidates)) as call:
         parts = run_parts(plan, out, work, data_dir, only)
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in CHILDREN:                 # a part's child process (run_call starts it)
         name, plan, work, *rest = argv
         return CHILDREN[name](PLANS[plan], Path(work), *rest)
-    p = Parser(prog="python -m attnbook.gpu_run",
+    p = Parser(prog="python -m attnbook.experiments.gpu_run",
                description="The GPU call: tune gpu-base, race the families on the clock, run "
                            "the benchmarks; one command of at most nine minutes.")
     what = p.add_mutually_exclusive_group(required=True)

@@ -18,15 +18,15 @@ import statistics
 import torch
 import torch.nn as nn
 
-from . import BOS_ID, PAD_ID
-from .bench import time_call
-from .bench_attention import _error, _seconds, _stats, interleaved
-from .decoding import beam_search, greedy_decode
-from .batching import translation_loss
-from .rnn import Seq2Seq
-from .torch_twins import TorchTransformer
-from .transformer import Transformer, TransformerConfig
-from .utils import count_parameters
+from .. import BOS_ID, PAD_ID
+from ..bench import time_call
+from .attention import _error, _seconds, _stats, interleaved
+from ..decoding import beam_search, greedy_decode
+from ..batching import translation_loss
+from ..rnn import Seq2Seq
+from ..torch_twins import TorchTransformer
+from ..transformer import Transformer, TransformerConfig
+from ..utils import count_parameters
 
 
 # Dense peak FLOP/s (no structured sparsity), in TFLOP/s, from NVIDIA's data sheets:
@@ -261,7 +261,7 @@ def bench_training_config(name: str, device: torch.device, variants: list[tuple[
 
 def bench_training(device: torch.device, quick: bool = False, short: bool = False) -> dict:
     """Training throughput and MFU (module docstring). ``short`` is the GPU call's budget
-    (``attnbook.gpu_run``): on a GPU only the paper's base model, in fp32 eager, bf16 eager and
+    (``attnbook.experiments.gpu_run``): on a GPU only the paper's base model, in fp32 eager, bf16 eager and
     bf16 compiled (both models: the GPU goal compares them compiled), 6 rounds."""
     if device.type == "cuda":
         variants = [("fp32", False), ("fp32", True), ("bf16", False), ("bf16", True)]

@@ -1,9 +1,9 @@
 """Training a translator on Multi30k German->English (chapter 9), and its command line.
 
-    python -m attnbook.train --preset cpu-tiny --out runs/cpu-tiny          # a few minutes on a CPU
-    python -m attnbook.train --preset cpu-base --out runs/cpu-base          # an evening on a laptop
-    python -m attnbook.train --preset gpu-base --out runs/gpu-base          # the full run, on a GPU
-    python -m attnbook.train --preset gpu-base --out runs/gpu-base --resume # after an interruption
+    python -m attnbook.commands.train --preset cpu-tiny --out runs/cpu-tiny          # a few minutes on a CPU
+    python -m attnbook.commands.train --preset cpu-base --out runs/cpu-base          # an evening on a laptop
+    python -m attnbook.commands.train --preset gpu-base --out runs/gpu-base          # the full run, on a GPU
+    python -m attnbook.commands.train --preset gpu-base --out runs/gpu-base --resume # after an interruption
 
 The loop itself (and ``prepare_data``, ``validation_loss``, ``attention_entropy``) is the library
 module ``training``, re-exported here. The forward pass runs in the precision the device
@@ -23,19 +23,19 @@ from pathlib import Path
 
 import torch
 
-from .cli import Parser, UsageError, add_common, add_recipe, apply_common, config_from_args, fail
-from .data import DataError
-from .runs import RunError, check_resumable, load_checkpoint
-from .tokenizer import TokenizerError
-from .training import (Data, Run, attention_entropy, distributed, prepare_data,  # noqa: F401
+from ..cli import Parser, UsageError, add_common, add_recipe, apply_common, config_from_args, fail
+from ..data import DataError
+from ..training.runs import RunError, check_resumable, load_checkpoint
+from ..tokenizer import TokenizerError
+from ..training.loop import (Data, Run, attention_entropy, distributed, prepare_data,  # noqa: F401
                        train, validation_loss)
-from .utils import choose_precision
+from ..utils import choose_precision
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command: parse the options, check them, record config.json and train. Every mistake
     of the user's is one line ``error: <problem>; <fix>`` and exit status 2 (``attnbook.cli``)."""
-    p = Parser(prog="python -m attnbook.train",
+    p = Parser(prog="python -m attnbook.commands.train",
                description="Train a translator on Multi30k (de->en). The recipe options override "
                            "the preset's values; the run records the final configuration in "
                            "OUT/config.json.")

@@ -1,6 +1,6 @@
 """The book's diagrams: the paper's pictures redrawn with the book's shapes and the package's names.
 
-One function per diagram returns a matplotlib ``Figure``; ``python -m attnbook.diagrams`` writes
+One function per diagram returns a matplotlib ``Figure``; ``python -m attnbook.book.diagrams`` writes
 them all as SVG into book/figures/ (``--out`` another folder), byte for byte the same on every run
 (tests/test_diagrams.py regenerates them and compares with the committed files).
 
@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.path import Path as MplPath
 
-from .cli import Parser
-from .plotting import OKABE_ITO
+from ..cli import Parser
+from ..plotting import OKABE_ITO
 
 INK, MUTED = "#1a1a1a", "#555555"
 BLUE, ORANGE, GREEN, PURPLE, SKY, VERMILLION, YELLOW = OKABE_ITO
@@ -569,7 +569,7 @@ def write_all(out: str | Path = "book/figures") -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m attnbook.diagrams",
+    parser = Parser(prog="python -m attnbook.book.diagrams",
                     description="Write the book's diagrams as SVG files.")
     parser.add_argument("--out", default="book/figures",
                         help="folder to write NAME.svg into (default: book/figures)")

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from .utils import versions
+from ..utils import versions
 
 FORMAT = "attnbook-result/1"
-ROOT = Path(__file__).resolve().parents[2]      # the repository, when attnbook runs from src/
+ROOT = Path(__file__).resolve().parents[3]      # the repository, when attnbook runs from src/
 AS_TYPED = ""      # set by `python -m attnbook run`: the command as typed, recorded by record()
 
 
@@ -72,7 +72,7 @@ class Provenance:
         unknown = set(d) - names
         if unknown or not {"command", "git_commit", "date", "hardware"} <= set(d):
             raise ResultError(f"not a provenance record (keys {sorted(d)}); write it with "
-                              "attnbook.store.record")
+                              "attnbook.experiments.store.record")
         return cls(**d)
 
 
@@ -103,8 +103,8 @@ def _cpu_seconds() -> float:
 
 
 def command_line(prog: str, argv) -> str:
-    """The command as typed: ``command_line("attnbook.toy_seeds", ["--tiny"])`` ->
-    'python -m attnbook.toy_seeds --tiny'."""
+    """The command as typed: ``command_line("attnbook.experiments.toy_seeds", ["--tiny"])`` ->
+    'python -m attnbook.experiments.toy_seeds --tiny'."""
     return shlex.join(["python", "-m", prog, *map(str, argv)])
 
 

@@ -1,4 +1,4 @@
-"""The training loop of chapter 9's translators: ``python -m attnbook.train`` runs it, the
+"""The training loop of chapter 9's translators: ``python -m attnbook.commands.train`` runs it, the
 experiments call it (this module is the library; ``train`` the command).
 
 The recipe (configuration, presets, schedule, loss, model registry) is in ``recipe``; the run
@@ -27,16 +27,16 @@ from pathlib import Path
 
 import torch
 
-from .batching import TranslationBatches, translation_loss
-from .bleu import bleu_score
-from .data import load_multi30k
-from .mha import attention_modules, recording
+from ..batching import TranslationBatches, translation_loss
+from ..bleu import bleu_score
+from ..data import load_multi30k
+from ..mha import attention_modules, recording
 from .recipe import TrainConfig, build_model, forward_logits
-from .rnn import Seq2Seq
+from ..rnn import Seq2Seq
 from .runs import check_resumable, load_checkpoint, save_checkpoint, trim_log
-from .schedules import warmup_lr_scheduler
-from .tokenizer import Tokenizer, multi30k_tokenizer
-from .utils import (Precision, choose_precision, count_parameters, deterministic, get_device,
+from ..schedules import warmup_lr_scheduler
+from ..tokenizer import Tokenizer, multi30k_tokenizer
+from ..utils import (Precision, choose_precision, count_parameters, deterministic, get_device,
                     versions)
 
 

@@ -5,8 +5,8 @@ of model: the encoder-decoder Transformer (book/explorer.md) and Part I's GRU en
 with attention, whose one attention is Bahdanau's alignment (book/explorer_bahdanau.md; models
 ``gru-additive`` and ``gru-dot``).
 
-    python -m attnbook.explorer runs/cpu-base/medium --average 5 --out book/_static/explorer/attention.json
-    python -m attnbook.explorer runs/board/gru-additive_lr0.008_seed0_steps1200 --bleu --out book/_static/explorer/bahdanau.json
+    python -m attnbook.book.explorer runs/cpu-base/medium --average 5 --out book/_static/explorer/attention.json
+    python -m attnbook.book.explorer runs/board/gru-additive_lr0.008_seed0_steps1200 --bleu --out book/_static/explorer/bahdanau.json
 
 The sentences are every 50th of Multi30k's ``test_2016_flickr`` (numbers 0, 50, ..., 950: twenty,
 none skipped). Each is translated by beam search (beam 4, the run's length penalty): the search
@@ -46,15 +46,15 @@ from pathlib import Path
 
 import torch
 
-from . import BOS_ID, EOS_ID, __version__
-from .batching import pad
-from .bleu import bleu_score
-from .cli import Parser, UsageError, add_common, apply_common, fail
-from .data import DataError, load_multi30k
-from .decoding import beam_search
-from .mha import attention_modules, recording
-from .rnn import Seq2Seq
-from .runs import RunError, load_run
+from .. import BOS_ID, EOS_ID, __version__
+from ..batching import pad
+from ..bleu import bleu_score
+from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..data import DataError, load_multi30k
+from ..decoding import beam_search
+from ..mha import attention_modules, recording
+from ..rnn import Seq2Seq
+from ..training.runs import RunError, load_run
 
 SPLIT, EVERY, COUNT, BEAM = "test_2016_flickr", 50, 20, 4
 # id: (name, module name pattern, row labels, column labels). Rows are the queries and columns
@@ -153,7 +153,7 @@ def run_name(run: Path) -> str:
 
 def run_bleu(model, tok, cfg, pairs: list, metrics: dict, average: int, measure: bool):
     """(test BLEU of the weights shown, where it comes from): measured on all ``pairs`` with the
-    explorer's decoding if ``measure``, as ``python -m attnbook.evaluate`` does; else the run's
+    explorer's decoding if ``measure``, as ``python -m attnbook.commands.evaluate`` does; else the run's
     metrics.json's, which scored the last checkpoint (a leaderboard run's has none)."""
     if measure:
         result = bleu_score(model, tok, pairs, beam_size=BEAM, alpha=cfg.length_alpha)
@@ -266,14 +266,14 @@ def write(data: dict, out: Path) -> list[Path]:
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     js, svg = out.with_suffix(".js"), out.with_suffix(".svg")
     out.write_text(text + "\n", encoding="utf-8")
-    js.write_text("// Written by `python -m attnbook.explorer`; the same data as "
+    js.write_text("// Written by `python -m attnbook.book.explorer`; the same data as "
                   f"{out.name}.\nwindow.{js_variable(out)} = {text};\n", encoding="utf-8")
     svg.write_text(svg_figure(data), encoding="utf-8")
     return [out, js, svg]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.explorer", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m attnbook.book.explorer", description=__doc__.split("\n")[0])
     p.add_argument("run", type=Path, help="run folder of a Transformer or of a GRU with "
                                           "attention (checkpoint.pt, tokenizer.model)")
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")

@@ -1,7 +1,7 @@
 """The training runs of chapter 11: three token mixers, three seeds each, on two of the book's
 tasks.
 
-    python -m attnbook.beyond_runs --out results/cpu/beyond.json   # 24 minutes on a busy 2-core VM
+    python -m attnbook.experiments.beyond_runs --out results/cpu/beyond.json   # 24 minutes on a busy 2-core VM
 
 1. **Reversal** (chapter 1's task as one sequence, :func:`attnbook.beyond.reversal_batch`):
    exact-match and per-token accuracy by length for softmax attention, linear attention and the
@@ -14,13 +14,13 @@ tasks.
 
 Each (task, mixer, seed) trains from its own seed on the same data order for that seed (the
 reversal settings and the run are the library's, :data:`attnbook.beyond.REVERSAL` and
-:func:`attnbook.beyond.run_reversal`). The JSON (:mod:`attnbook.store`'s format) names the
+:func:`attnbook.beyond.run_reversal`). The JSON (:mod:`attnbook.experiments.store`'s format) names the
 settings, and its provenance records the calls (command, git commit, versions, hardware, wall and
 CPU time); the notebook loads it. ``--only PART`` runs only that part (``reversal``, ``lm`` or
 ``variants``; repeatable) and merges it into the existing file by part: the others stay, and the
 call is appended to the file's ``calls`` with the parts it made:
 
-    python -m attnbook.beyond_runs --out results/cpu/beyond.json --only variants
+    python -m attnbook.experiments.beyond_runs --out results/cpu/beyond.json --only variants
 """
 from __future__ import annotations
 
@@ -30,16 +30,17 @@ from pathlib import Path
 
 import torch
 
-from . import PAD_ID, store
-from .batching import translation_loss
-from .beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
+from .. import PAD_ID
+from . import store
+from ..batching import translation_loss
+from ..beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
                      reversal_config, run_reversal, train_model)
-from .cli import Parser, fail
-from .data import load_multi30k
-from .lm import lm_batches
-from .tokenizer import multi30k_tokenizer
-from .transformer import TransformerConfig
-from .utils import count_parameters, deterministic
+from ..cli import Parser, fail
+from ..data import load_multi30k
+from ..lm import lm_batches
+from ..tokenizer import multi30k_tokenizer
+from ..transformer import TransformerConfig
+from ..utils import count_parameters, deterministic
 from .registry import SEEDS
 
 __all__ = ["REVERSAL", "reversal_config", "run_reversal", "main"]   # reversal_*: from beyond
@@ -138,7 +139,7 @@ def run_part(part: str, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.beyond_runs", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m attnbook.experiments.beyond_runs", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     p.add_argument("--note", default="", help="a note stored with the results")
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if old.get("seeds") != args.seeds:
             return fail(f"{args.out} has seeds {old.get('seeds')}: give the same --seeds")
     torch.set_num_threads(args.threads)
-    command = store.command_line("attnbook.beyond_runs", sys.argv[1:] if argv is None else argv)
+    command = store.command_line("attnbook.experiments.beyond_runs", sys.argv[1:] if argv is None else argv)
     with store.record(command, threads=args.threads, note=args.note) as call:
         result = {"seeds": list(args.seeds), **{part: run_part(part, args) for part in parts}}
     result = store.result("beyond", result, call)

@@ -1,7 +1,7 @@
 """The command of chapter 4's measurement of attention-score scales (the measurement itself is
-:mod:`attnbook.scales`):
+:mod:`attnbook.experiments.scales`):
 
-    python -m attnbook.score_scales --run runs/cpu-base/medium --average 5 \\
+    python -m attnbook.experiments.score_scales --run runs/cpu-base/medium --average 5 \\
         --out results/cpu/score_scales.json
 """
 from __future__ import annotations
@@ -10,22 +10,22 @@ import sys
 from pathlib import Path
 
 from . import store
-from .cli import Parser, fail
-from .runs import RunError
+from ..cli import Parser, fail
+from ..training.runs import RunError
 from .scales import measure_run
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.score_scales",
+    p = Parser(prog="python -m attnbook.experiments.score_scales",
                description="How large are the attention scores of the book's models? (chapter 4)")
-    p.add_argument("--run", type=Path, required=True, help="a run folder written by attnbook.train")
+    p.add_argument("--run", type=Path, required=True, help="a run folder written by attnbook.commands.train")
     p.add_argument("--average", type=int, default=5, help="average the run's last K snapshots")
     p.add_argument("--sentences", type=int, default=256, help="validation pairs to measure on")
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     try:
-        with store.record(store.command_line("attnbook.score_scales", argv)) as call:
+        with store.record(store.command_line("attnbook.experiments.score_scales", argv)) as call:
             result = measure_run(args.run, args.average, args.sentences)
     except RunError as e:
         return fail(e)

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from .lm import DecoderOnlyTranslator
-from .rnn import Seq2Seq
-from .transformer import Transformer, TransformerConfig
-from .utils import PRECISIONS
+from ..lm import DecoderOnlyTranslator
+from ..rnn import Seq2Seq
+from ..transformer import Transformer, TransformerConfig
+from ..utils import PRECISIONS
 
 
 class ConfigError(ValueError):
@@ -92,7 +92,7 @@ PRESETS = {
                             beam_size=4, precision="auto", compile=False),
     # an evening on a laptop: at most 30 minutes of training on 2 CPU cores (chapter 9; size,
     # batch, schedule, dropout and checkpoint averaging chosen on the validation set by
-    # `python -m attnbook.experiments base`, results/cpu/cpu_base.json)
+    # `python -m attnbook.experiments.translators base`, results/cpu/cpu_base.json)
     "cpu-base": TrainConfig(preset="cpu-base",
                             arch=TransformerConfig(vocab_size=6000, d_model=192, h=4, d_ff=768,
                                                    n_layers=3, dropout=0.1, max_len=512),
@@ -106,7 +106,7 @@ PRESETS = {
                          max_tokens=1024, max_steps=20, warmup=10, eval_every=10, beam_size=2,
                          eval_sentences=16, precision="fp32", compile=False),
     # the full run on one GPU: the paper's base model with 16,384-token batches. The GPU race
-    # chose the rest (python -m attnbook.gpu_run --plan eager, results/gpu/gpu_run_eager.json):
+    # chose the rest (python -m attnbook.experiments.gpu_run --plan eager, results/gpu/gpu_run_eager.json):
     # of four Transformer candidates trained for the same time, a 400-step warm-up to the
     # paper's peak had the lowest validation loss, after 609 steps (about 20 epochs); eager,
     # because compiling for dynamic shapes costs more than a run of minutes gains.

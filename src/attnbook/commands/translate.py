@@ -1,6 +1,6 @@
 """Translate sentences with a trained run: one sentence per line on stdin, translations on stdout.
 
-    echo "Ein Hund rennt durch den Schnee." | python -m attnbook.translate runs/cpu-tiny
+    echo "Ein Hund rennt durch den Schnee." | python -m attnbook.commands.translate runs/cpu-tiny
 
 Standard input is read as UTF-8 (a byte-order mark and Windows line ends are dropped). A missing
 or damaged run folder, an empty input, input that is not UTF-8, an empty line (or one of
@@ -12,14 +12,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .cli import Parser, UsageError, add_common, apply_common, fail
-from .decoding import MAX_SOURCE_TOKENS, translate
-from .runs import RunError, load_run
-from .tokenizer import TokenizerError
+from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..decoding import MAX_SOURCE_TOKENS, translate
+from ..training.runs import RunError, load_run
+from ..tokenizer import TokenizerError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.translate", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m attnbook.commands.translate", description=__doc__.split("\n")[0])
     p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
     add_common(p, "average", "device", "threads")

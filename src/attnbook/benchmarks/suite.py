@@ -1,5 +1,5 @@
 """The benchmark suite of the appendix "Performance", as a library: what ``python -m attnbook.benchmarks``
-(``make bench``, the command in ``benchmarks``) and the GPU call (``attnbook.gpu_run``) run, and what
+(``make bench``, the command in ``benchmarks``) and the GPU call (``attnbook.experiments.gpu_run``) run, and what
 the appendix reads and draws.
 
 Four measurements, each against PyTorch's own modules and, where it is known, the hardware limit:
@@ -16,7 +16,7 @@ Four measurements, each against PyTorch's own modules and, where it is known, th
   sequence length grows: the parallelism argument of the paper.
 
 Each runs on the CPU and, when PyTorch sees one, on a CUDA GPU, and writes
-``OUT/<cpu|cuda>/<name>.json`` (:mod:`attnbook.store`'s format: settings and every
+``OUT/<cpu|cuda>/<name>.json`` (:mod:`attnbook.experiments.store`'s format: settings and every
 measurement; hardware, versions, load and wall time in its provenance record) and ``OUT/<cpu|cuda>/<name>.png``. ``--quick`` runs tiny sizes in seconds (what the
 test suite runs). Whatever is compared is measured side by side: the training, decoding and
 recurrence variants run one after the other in every round (median and minimum reported), the
@@ -44,18 +44,18 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from .bench_attention import bench_attention, interleaved  # noqa: F401 (re-exported)
-from .bench_models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # noqa: F401
+from .attention import bench_attention, interleaved  # noqa: F401 (re-exported)
+from .models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # noqa: F401
                            bench_decoding, bench_recurrence, bench_training,
                            bench_training_config, gpu_peak_flops, matmul_params, matmul_rate,
                            peak_flops, random_batch, transformer_flops, twin_models)
-from . import store
-from .plotting import OKABE_ITO, use_book_style
-from .utils import count_parameters  # noqa: F401 (re-exported)
+from ..experiments import store
+from ..plotting import OKABE_ITO, use_book_style
+from ..utils import count_parameters  # noqa: F401 (re-exported)
 
 SECTIONS = ("attention", "training", "decoding", "recurrence")
 SCHEMA = 1
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_OUT = ROOT / "results" / "bench"
 
 
@@ -117,7 +117,7 @@ def goals(results: dict) -> list[dict]:
 
 
 def load_results(root: Path | str = DEFAULT_OUT) -> dict:
-    """results[kind][section] (a :class:`attnbook.store.Result`: the data, with its ``calls``)
+    """results[kind][section] (a :class:`attnbook.experiments.store.Result`: the data, with its ``calls``)
     for every OUT/kind/section.json under ``root``."""
     root = Path(root)
     out = {}
@@ -261,7 +261,7 @@ def run_section(section: str, device: torch.device, out: Path, quick: bool = Fal
                 note: str = "", plot: bool = True, short: bool = False,
                 command: str | None = None) -> dict:
     """Run one benchmark on ``device``; write out/section.json (and .png) in the results format
-    (:mod:`attnbook.store`: the call's provenance, with the other busy processes at the start
+    (:mod:`attnbook.experiments.store`: the call's provenance, with the other busy processes at the start
     and the end in its ``extra``); return the result. ``short`` (the GPU call's budget) changes
     the training benchmark only."""
     command = command or store.command_line("attnbook.benchmarks", sys.argv[1:])

@@ -2,11 +2,11 @@
 
 The metric is :mod:`attnbook.bleu` (sacreBLEU, with its signature), the translations come from
 :func:`attnbook.decoding.translate`; both are imported here too, so that
-``from attnbook.evaluate import bleu, translate`` keeps working.
+``from attnbook.commands.evaluate import bleu, translate`` keeps working.
 
-    python -m attnbook.evaluate runs/cpu-tiny                        # BLEU on test_2016_flickr
-    python -m attnbook.evaluate runs/cpu-tiny --split val --beam 1   # greedy, on the validation set
-    python -m attnbook.evaluate runs/cpu-tiny --src my.de.gz --ref my.en.gz --save hyps.txt
+    python -m attnbook.commands.evaluate runs/cpu-tiny                        # BLEU on test_2016_flickr
+    python -m attnbook.commands.evaluate runs/cpu-tiny --split val --beam 1   # greedy, on the validation set
+    python -m attnbook.commands.evaluate runs/cpu-tiny --src my.de.gz --ref my.en.gz --save hyps.txt
 
 ``--src``/``--ref`` evaluate on any test set: two aligned files, plain UTF-8 text or gzip
 (``.gz``), one sentence per line, the source in the run's source language. A file that is
@@ -24,11 +24,11 @@ import sys
 import zlib
 from pathlib import Path
 
-from .bleu import bleu, bleu_by_length, bleu_score  # noqa: F401 (re-exported)
-from .cli import Parser, UsageError, add_common, apply_common, fail
-from .data import SPLITS, DataError, load_multi30k
-from .decoding import MAX_SOURCE_TOKENS, translate  # noqa: F401 (re-exported)
-from .runs import RunError, load_run
+from ..bleu import bleu, bleu_by_length, bleu_score  # noqa: F401 (re-exported)
+from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..data import SPLITS, DataError, load_multi30k
+from ..decoding import MAX_SOURCE_TOKENS, translate  # noqa: F401 (re-exported)
+from ..training.runs import RunError, load_run
 
 
 def _lines(numbers: list[int]) -> str:
@@ -104,7 +104,7 @@ def too_long(tokenizer, sentences: list[str], max_tokens: int = MAX_SOURCE_TOKEN
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.evaluate",
+    p = Parser(prog="python -m attnbook.commands.evaluate",
                description="BLEU (sacreBLEU) of a trained run on a Multi30k split "
                            "or on a test set of your own (--src and --ref).")
     p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")

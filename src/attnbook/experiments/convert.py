@@ -1,7 +1,7 @@
-"""Re-express the result files written before :mod:`attnbook.store` in its one format, without
+"""Re-express the result files written before :mod:`attnbook.experiments.store` in its one format, without
 retraining: the data keys stay as they were, the provenance each writer kept in its own shape
 (``command``, ``date``, ``hardware`` or ``environment``, ``threads_per_run``, ``merged``, ``calls``,
-a part's ``call``, ...) moves into the file's ``calls`` (:class:`attnbook.store.Provenance`).
+a part's ``call``, ...) moves into the file's ``calls`` (:class:`attnbook.experiments.store.Provenance`).
 
 No old writer but the benchmarks' recorded the git commit. For the others it is recovered with git:
 the parent of the commit that added the call's numbers to the file (the work tree they were made

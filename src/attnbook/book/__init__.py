@@ -1,0 +1,1 @@
+"""Book tooling: the diagrams, the attention explorer's export, the homework sheets."""

@@ -1,0 +1,2 @@
+"""Chapter 9's translator: its recipe (presets, configuration), its runs (checkpoints,
+loading) and its training loop."""

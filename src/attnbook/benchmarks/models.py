@@ -304,7 +304,7 @@ def bench_training(device: torch.device, quick: bool = False, short: bool = Fals
             "why": ("CUDA only: the paper's base model with 16,384 target tokens per batch; its "
                     "goal, >= 40% MFU in bf16 compiled, is about H100/H200 GPUs" if
                     device.type != "cuda" else "--quick"),
-            "goal": ">= 40% MFU on an H100 or H200 (bf16, compiled): still to be measured"}
+            "goal": ">= 40% MFU on an H100 or H200 (bf16, compiled): a GPU's, not this device's"}
     return out
 
 

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from .attention import causal_mask, check_qkv
 from .batching import pad, translation_loss
 from .lm import prompt_target_example
+from .loop import fit
 from .mha import MultiHeadAttention
 from .schedules import warmup_cosine_scheduler
 from .toy import make_batch as toy_batch
@@ -433,18 +434,13 @@ def train_model(model: nn.Module, next_batch: Callable[[int], tuple], steps: int
     """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = warmup_cosine_scheduler(opt, warmup, steps)
-    model.train()
-    losses = []
-    for step in range(steps):
-        ids, targets, mask, *positions = next_batch(step)
+
+    def loss_fn(model, batch):
+        ids, targets, mask, *positions = batch
         logits = model(ids, mask, positions=positions[0]) if positions else model(ids, mask)
-        loss = translation_loss(logits, targets)                   # PAD targets ignored
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
+        return translation_loss(logits, targets)                   # PAD targets ignored
+
+    losses = fit(model, next_batch, loss_fn, steps, opt, sched, clip)
     model.eval()
     return losses
 

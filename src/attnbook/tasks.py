@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID
 from .batching import lengths_mask
+from .loop import fit
 from .schedules import warmup_cosine_scheduler
 from .transformer import SelfAttentionStack, TransformerConfig
 
@@ -39,20 +40,12 @@ def train_on_task(model: torch.nn.Module, make_batch: Task, steps: int, lr: floa
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     sched = warmup_cosine_scheduler(opt, warmup, steps)
-    model.train()
-    losses = []
-    for _ in range(steps):
-        x, y, mask = make_batch(batch_size, g)
-        logits = model(x, mask)                                      # (B, T, C)
-        loss = F.cross_entropy(logits[mask], y[mask])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-    return losses
+
+    def loss_fn(model, batch):
+        x, y, mask = batch
+        return F.cross_entropy(model(x, mask)[mask], y[mask])       # logits (B, T, C)
+
+    return fit(model, lambda step: make_batch(batch_size, g), loss_fn, steps, opt, sched, clip)
 
 
 @torch.no_grad()

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from . import BOS_ID, EOS_ID, PAD_ID
 from .batching import Batch, lengths_mask, pad, translation_loss
 from .decoding import greedy_decode
+from .loop import fit
 from .utils import made_on_this_machine
 
 SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
@@ -134,20 +135,15 @@ def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, 
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    history = []
+
+    def next_batch(step):
+        return make_batch(batch_size, min_len, max_len, n_symbols, task, generator=gen).to(device)
+
+    def loss_fn(model, b):
+        return translation_loss(model(b.src, b.src_mask, b.tgt_in), b.tgt_out)  # PAD ignored
+
     with cpu_threads(num_threads):
-        for step in range(steps):
-            b = make_batch(batch_size, min_len, max_len, n_symbols, task, generator=gen).to(device)
-            logits = model(b.src, b.src_mask, b.tgt_in)                 # (B, T, V)
-            loss = translation_loss(logits, b.tgt_out)                  # PAD ignored
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            history.append(loss.item())
-            if log_every and (step + 1) % log_every == 0:
-                print(f"step {step + 1:5d}  loss {sum(history[-log_every:]) / log_every:.3f}")
+        history = fit(model, next_batch, loss_fn, steps, opt, clip=clip, log_every=log_every)
     model.eval()
     return history
 

@@ -62,6 +62,7 @@ from ..cli import Parser, add_common, fail
 from ..data import DataError, load_multi30k
 from ..decoding import greedy_generate, translate
 from ..lm import lm_loss, token_positions
+from ..loop import fit
 from ..mha import MultiHeadAttention
 from ..training.recipe import preset
 from ..training.runs import load_run
@@ -279,17 +280,15 @@ def train_reversal(s: dict, norm_first: bool, seed: int, lr: float, n_layers: in
     model = Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(seed)
-    losses = []
-    model.train()
-    for _ in range(s["steps"]):
-        b = make_reverse_batch(s["batch_size"], s["min_len"], s["max_len"], s["n_symbols"],
-                               generator=gen)
-        loss = translation_loss(model(b.src, b.src_mask, b.tgt_in, b.tgt_mask), b.tgt_out)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+
+    def next_batch(step):
+        return make_reverse_batch(s["batch_size"], s["min_len"], s["max_len"], s["n_symbols"],
+                                  generator=gen)
+
+    def loss_fn(model, b):
+        return translation_loss(model(b.src, b.src_mask, b.tgt_in, b.tgt_mask), b.tgt_out)
+
+    return fit(model, next_batch, loss_fn, s["steps"], opt)
 
 
 def warmup_experiment(s: dict, work: Path) -> dict:

@@ -1,5 +1,6 @@
 """Run folders (chapter 9): checkpoints written atomically and loaded safely, a trained run's
-model and tokenizer, the log kept to one line per evaluation, and checkpoint averaging.
+model and tokenizer, the log kept to one line per evaluation, checkpoint averaging, and the
+trained models stored in the package (:func:`load_stored`).
 
 A run folder written by ``python -m attnbook.commands.train`` holds ``checkpoint.pt`` (model, optimizer,
 schedule, data position and random states), ``tokenizer.model``, ``config.json`` (the run's
@@ -11,8 +12,10 @@ FileNotFoundError) whose one-line message names the file and the fix.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -174,3 +177,63 @@ def average_checkpoints(paths) -> dict:
         for k, v in sd.items():
             total[k] += v.double()
     return {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Trained models stored in the package: what the chapters load instead of training for minutes
+
+STORED = Path(__file__).resolve().parents[1] / "stored"       # attnbook/stored/NAME/
+STORED_FILES = ("weights.pt", "config.json", "tokenizer.model")
+# NAME -> (what it is, the sha256 of each of its files): a changed or damaged file is refused
+STORED_MODELS: dict[str, tuple[str, dict[str, str]]] = {
+    "cpu-tiny": ("chapter 9's cpu-tiny Transformer, seed 0, 1,200 steps (results/cpu/board.json), "
+                 "float16",
+                 {"weights.pt": "9cbe356c3863ca2ea084958ce06700102b82ff1812cc624234e157774961c9cd",
+                  "config.json": "37511d460bf2a7152519a40f08e5c5268b3a6d41d8969f0f19d239843f18f789",
+                  "tokenizer.model": "65f1be612c80ae7fa14ee317dae6933e8889c9ac3f34d461c7fa2b9fa4defe60"}),
+}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def store_run(run: Path, dest: Path, average: int = 1, dtype=torch.float16) -> dict[str, str]:
+    """Write a run's model into ``dest`` (a folder) as the package stores it: ``weights.pt``
+    (the weights only, in ``dtype``; with ``average`` = k, the mean of its last k snapshots),
+    ``config.json`` and ``tokenizer.model``. Returns the sha256 of each file, for STORED_MODELS."""
+    model, _, cfg = load_run(run, "cpu", average=average)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    weights = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in model.state_dict().items()}
+    torch.save(weights, dest / "weights.pt")
+    (dest / "config.json").write_text(json.dumps(asdict(cfg), indent=1, sort_keys=True) + "\n")
+    (dest / "tokenizer.model").write_bytes((Path(run) / "tokenizer.model").read_bytes())
+    return {f: _sha256(dest / f) for f in STORED_FILES}
+
+
+def load_stored(name: str, device=None, folder: Path | None = None):
+    """(model, tokenizer, config) of a trained model stored in the package, in float32 and in
+    evaluation mode: ``load_stored("cpu-tiny")`` is chapter 9's cpu-tiny Transformer (seed 0,
+    1,200 steps), ready to translate with :func:`attnbook.decoding.translate`.
+
+    Every file is checked against its sha256 (STORED_MODELS) and the weights load with
+    ``weights_only=True``. ``folder``: another copy of the files (the tests). Raises RunError,
+    naming the file and the fix, for an unknown name or a missing or changed file."""
+    if name not in STORED_MODELS:
+        raise RunError(f"no stored model {name!r}; the package stores "
+                       f"{', '.join(sorted(STORED_MODELS)) or 'none'}")
+    folder = Path(folder) if folder is not None else STORED / name
+    for f, digest in STORED_MODELS[name][1].items():
+        path = folder / f
+        if not path.is_file():
+            raise MissingRunFile(f"{path} is missing; reinstall the package (pip install -e .) or "
+                                 "restore the file from the book's repository (git checkout)")
+        if _sha256(path) != digest:
+            raise RunError(f"{path} is not the stored file (its sha256 differs): it was changed or "
+                           "damaged; restore it from the book's repository (git checkout)")
+    cfg = TrainConfig.from_dict(json.loads((folder / "config.json").read_text()))
+    weights = torch.load(folder / "weights.pt", map_location="cpu", weights_only=True)
+    model = build_model(cfg)
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in weights.items()})
+    return model.to(device or get_device()).eval(), Tokenizer(folder / "tokenizer.model"), cfg

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnbook.book.homework import find_exercises
+from attnbook.book.exercises import find_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -150,6 +150,9 @@ EXPERIMENTS = {e.name: e for e in [
          ("--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then make gpu-run (tools/gpu_run.sh; its "
                "--dry-run is tested by tests/test_gpu_run.py), then --collect"),
+    _exp("course", "book.course", ("cpu/course.json",), "the teachers' page",
+         ("--threads", "1", "--out", "results/cpu/course.json"), seeds_flag="",
+         tiny=("--only", "00_setup", "--out", "{out}/course.json")),
     _exp("gpu_run_eager", "experiments.gpu_run", ("gpu/gpu_run_eager.json",), "chapter 9",
          ("--plan", "eager", "--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then bash tools/gpu_run.sh --plan eager, then "

@@ -1,0 +1,43 @@
+"""The teachers' page's measurements (attnbook.book.course): a notebook's run time, its prose and
+its exercises, read from a fresh kernel's timings."""
+import json
+
+import nbformat
+import pytest
+
+from attnbook.book import course
+
+
+def synthetic(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A page\n\none two three four five six seven eight"),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(0.3)"),
+        nbformat.v4.new_markdown_cell("```{exercise} Pad\n:label: ex-00-pad\n\nWrite it.\n```"),
+        nbformat.v4.new_markdown_cell("```{solution-start} ex-00-pad\n:class: dropdown\n```"),
+        nbformat.v4.new_code_cell("time.sleep(0.2)"),
+        nbformat.v4.new_markdown_cell("```{solution-end}\n```"),
+        nbformat.v4.new_code_cell("print('check_pad_batch: stands in for the grader call')"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "99_page.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_measure_reads_the_kernels_times_and_the_exercises(tmp_path):
+    row = course.measure(synthetic(tmp_path), threads=1)
+    assert row["notebook"] == "99_page" and row["cells"] == 7 and row["code_cells"] == 3
+    assert 0.45 < row["run_seconds"] < 5                       # the two sleeps, and little else
+    assert row["prose_words"] == 12       # "A page one ... eight", "Write it.": no markup
+    [ex] = row["exercises"]
+    assert ex["label"] == "ex-00-pad" and ex["graded"] is True  # a grader checks ex-00-pad
+    assert 0.18 < ex["seconds"] < 2                           # its solution and the grader call
+
+
+def test_only_refuses_to_replace_a_whole_result(tmp_path, capsys):
+    out = tmp_path / "course.json"
+    out.write_text(json.dumps({"notebooks": []}))
+    assert course.main(["--only", "00_setup", "--out", str(out)]) == 2
+    assert "would replace" in capsys.readouterr().err
+    assert course.main(["--only", "99_nothing", "--out", str(tmp_path / "new.json")]) == 2

@@ -31,7 +31,7 @@ def test_measure_reads_the_kernels_times_and_the_exercises(tmp_path):
     assert 0.45 < row["run_seconds"] < 5                       # the two sleeps, and little else
     assert row["prose_words"] == 12       # "A page one ... eight", "Write it.": no markup
     [ex] = row["exercises"]
-    assert ex["label"] == "ex-00-pad" and ex["graded"] is True  # a grader checks ex-00-pad
+    assert ex["label"] == "ex-00-pad" and ex["graded"] is True and ex["solution"] is True
     assert 0.18 < ex["seconds"] < 2                           # its solution and the grader call
 
 

@@ -22,7 +22,7 @@ import nbformat
 from ..cli import Parser, fail
 from ..experiments import store
 from ..graders import GRADERS
-from .exercises import find_exercises
+from .exercises import exercise_labels, find_exercises
 
 WORDS_PER_MINUTE = 200           # the reading-time rule
 NOTEBOOKS = store.ROOT / "notebooks"
@@ -53,16 +53,20 @@ def prose_words(nb) -> int:
 
 
 def exercises(nb) -> list[dict]:
-    """Each exercise of an executed notebook: its label, graded or not, the seconds of its
-    solution's code cells and of the grader call after it."""
+    """Each exercise of an executed notebook: its label, whether a grader checks it, whether the
+    book gives its solution, and the seconds of the solution's code cells and of the grader call
+    after them."""
+    solutions = {e.label: e for e in find_exercises(nb)}
     out = []
-    for e in find_exercises(nb):
-        cells = list(e.solution_code)
-        after = e.end + 1
-        if after < len(nb.cells) and nb.cells[after].cell_type == "code" and \
-                "check_" in nb.cells[after].source:
-            cells.append(after)
-        out.append({"label": e.label, "graded": e.label in GRADERS,
+    for label in exercise_labels(nb):
+        e, cells = solutions.get(label), []
+        if e is not None:
+            cells = list(e.solution_code)
+            after = e.end + 1
+            if after < len(nb.cells) and nb.cells[after].cell_type == "code" and \
+                    "check_" in nb.cells[after].source:
+                cells.append(after)
+        out.append({"label": label, "graded": label in GRADERS, "solution": e is not None,
                     "seconds": round(sum(cell_seconds(nb.cells[i]) for i in cells), 2)})
     return out
 

@@ -30,6 +30,18 @@ def test_cpu_tiny_translates_as_the_leaderboard_says():
     assert abs(score["bleu"] - run["test_bleu"]) <= 0.1, (score["bleu"], run["test_bleu"])
 
 
+def test_cpu_base_translates_as_its_committed_result_says():
+    """The stored cpu-base model (the mean of its last five snapshots, float16) gives the test
+    BLEU of results/cpu/cpu_base.json."""
+    model, tok, cfg = load_stored("cpu-base", "cpu")
+    base = load("cpu/cpu_base.json")
+    test = load_multi30k("test_2016_flickr")
+    hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
+    score = bleu(hyps, [t for _, t in test])
+    assert score["signature"] == base["bleu_signature"]
+    assert abs(score["bleu"] - base["test_bleu"]) <= 0.1, (score["bleu"], base["test_bleu"])
+
+
 def test_a_changed_or_missing_file_is_refused(tmp_path):
     copy = tmp_path / "cpu-tiny"
     shutil.copytree(STORED / "cpu-tiny", copy)

@@ -188,9 +188,14 @@ STORED_FILES = ("weights.pt", "config.json", "tokenizer.model")
 STORED_MODELS: dict[str, tuple[str, dict[str, str]]] = {
     "cpu-tiny": ("chapter 9's cpu-tiny Transformer, seed 0, 1,200 steps (results/cpu/board.json), "
                  "float16",
-                 {"weights.pt": "9cbe356c3863ca2ea084958ce06700102b82ff1812cc624234e157774961c9cd",
+                 {"weights.pt": "4086927d2761cec900eedbbf06d439993bf2c4811cebb953cbcc00cfc7f17d92",
                   "config.json": "37511d460bf2a7152519a40f08e5c5268b3a6d41d8969f0f19d239843f18f789",
                   "tokenizer.model": "65f1be612c80ae7fa14ee317dae6933e8889c9ac3f34d461c7fa2b9fa4defe60"}),
+    "cpu-base": ("chapter 9's cpu-base model (medium), the mean of its last five snapshots "
+                 "(results/cpu/cpu_base.json), float16",
+                 {"weights.pt": "8492c20a6cc238646638c4d1e028f99cf93d5c2b8f3c633fe079213fdc579888",
+                  "config.json": "3354bc7ee001c7d2af1b5a7b6ff2b52588ad585cd82d7ca179eb8ec90dc84c04",
+                  "tokenizer.model": "24d7c0d2be643287abe73ea6b4120f0b1d8705dfd324162aa9f5ea9221096242"}),
 }
 
 
@@ -205,7 +210,11 @@ def store_run(run: Path, dest: Path, average: int = 1, dtype=torch.float16) -> d
     model, _, cfg = load_run(run, "cpu", average=average)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    weights = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in model.state_dict().items()}
+    converted, weights = {}, {}          # tied weights (one tensor under several names) stay one
+    for k, v in model.state_dict().items():
+        if v.data_ptr() not in converted:
+            converted[v.data_ptr()] = v.to(dtype) if v.is_floating_point() else v
+        weights[k] = converted[v.data_ptr()]
     torch.save(weights, dest / "weights.pt")
     (dest / "config.json").write_text(json.dumps(asdict(cfg), indent=1, sort_keys=True) + "\n")
     (dest / "tokenizer.model").write_bytes((Path(run) / "tokenizer.model").read_bytes())
@@ -214,8 +223,9 @@ def store_run(run: Path, dest: Path, average: int = 1, dtype=torch.float16) -> d
 
 def load_stored(name: str, device=None, folder: Path | None = None):
     """(model, tokenizer, config) of a trained model stored in the package, in float32 and in
-    evaluation mode: ``load_stored("cpu-tiny")`` is chapter 9's cpu-tiny Transformer (seed 0,
-    1,200 steps), ready to translate with :func:`attnbook.decoding.translate`.
+    evaluation mode, ready to translate with :func:`attnbook.decoding.translate`:
+    ``load_stored("cpu-tiny")`` is chapter 9's cpu-tiny Transformer (seed 0, 1,200 steps),
+    ``load_stored("cpu-base")`` its cpu-base model (the mean of its last five snapshots).
 
     Every file is checked against its sha256 (STORED_MODELS) and the weights load with
     ``weights_only=True``. ``folder``: another copy of the files (the tests). Raises RunError,

@@ -1,0 +1,102 @@
+"""Chapter 11 (beyond attention): the grader of one step of the online softmax.
+
+``online_update(m, l, acc, s, v)`` folds one block of scores into the running state of each
+query, as :func:`attnbook.beyond.online_softmax_attention` does: m (..., Bq, 1) the running
+maximum, l (..., Bq, 1) the running sum of exp(score - m), acc (..., Bq, d_v) the running sum
+of exp(score - m) v; s (..., Bq, Bk) the block's scores (-inf where a key is blocked) and
+v (..., Bk, d_v) its values. It returns (m', l', acc'); after the last block, acc / l is the
+attention output."""
+from __future__ import annotations
+
+import torch
+
+from .core import Hint, expect_close, grader
+
+
+def _c11_reference(m, l, acc, s, v, rescale_acc=True, rescale_l=True, shift=True, flip=False,
+                   guard=True):
+    """The update; the keyword arguments switch on the classic mistakes the hints name."""
+    m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+    m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0) if guard else m_new
+    p = torch.exp(s - m_safe) if shift else torch.exp(s)
+    r = torch.exp(m_safe - m) if flip else torch.exp(m - m_safe)
+    l_new = (l * r if rescale_l else l) + p.sum(-1, keepdim=True)
+    acc_new = (acc * r if rescale_acc else acc) + p @ v
+    return m_new, l_new, acc_new
+
+
+MISTAKES = [
+    (dict(rescale_acc=False), "the old weighted sum acc was not rescaled: when the maximum grows "
+                              "from m to m', multiply acc by exp(m - m') before adding the block"),
+    (dict(rescale_l=False), "the old sum l was not rescaled: multiply it by exp(m - m') before "
+                            "adding the block's exponentials, as acc"),
+    (dict(flip=True), "the rescaling factor is upside down: the old sums are scaled by "
+                      "exp(m - m'), which is at most 1, not by exp(m' - m)"),
+    (dict(shift=False), "the block's scores were exponentiated without subtracting the running "
+                        "maximum: exp(s - m'), not exp(s), or large scores overflow"),
+]
+
+
+def _c11_state(shape_q, d_v):
+    m = torch.full((*shape_q, 1), float("-inf"))
+    return m, torch.zeros(*shape_q, 1), torch.zeros(*shape_q, d_v)
+
+
+def _c11_fold(fn, s_blocks, v_blocks, what):
+    """Fold every block with fn; the final (out, m, l)."""
+    m, l, acc = _c11_state(s_blocks[0].shape[:-1], v_blocks[0].shape[-1])
+    for j, (s, v) in enumerate(zip(s_blocks, v_blocks)):
+        try:
+            got = fn(m.clone(), l.clone(), acc.clone(), s, v)
+        except (Hint, NotImplementedError):
+            raise
+        except Exception as e:
+            raise Hint(f"on {what}, block {j}: your function raised {type(e).__name__}: {e}") from None
+        if not (isinstance(got, tuple) and len(got) == 3):
+            raise Hint(f"on {what}: return a tuple (m, l, acc), got {type(got).__name__}")
+        m, l, acc = got
+    return acc / l.masked_fill(l == 0, 1.0), m, l
+
+
+def _c11_name_mistake(fn_out, s_blocks, v_blocks) -> str:
+    for kw, hint in MISTAKES:
+        wrong = _c11_fold(lambda *a: _c11_reference(*a, **kw), s_blocks, v_blocks, "")[0]
+        if torch.allclose(fn_out.nan_to_num(7.0), wrong.nan_to_num(7.0), atol=1e-5, rtol=1e-4):
+            return "; " + hint
+    return ""
+
+
+@grader("ex-11-online-softmax", target="online_update")
+def check_online_update(fn) -> int:
+    g = torch.Generator().manual_seed(11)
+    n = 0
+    cases = [("2 heads, 5 queries, 3 blocks of 4 keys", (2, 5), 4, 3, 3.0),
+             ("1 query, 1 block of 1 key", (1,), 1, 1, 1.0),
+             ("scores near 1000 (exp would overflow)", (3,), 4, 2, 1.0)]
+    for what, shape_q, Bk, n_blocks, scale in cases:
+        s_blocks = [torch.randn(*shape_q, Bk, generator=g) * scale for _ in range(n_blocks)]
+        if "1000" in what:
+            s_blocks = [s + 1000.0 for s in s_blocks]
+        v_blocks = [torch.randn(*shape_q[:-1], Bk, 6, generator=g) for _ in range(n_blocks)]
+        s_all, v_all = torch.cat(s_blocks, -1), torch.cat(v_blocks, -2)
+        want = torch.softmax(s_all, -1) @ v_all
+        out, m, l = _c11_fold(fn, s_blocks, v_blocks, what)
+        try:
+            expect_close(out, want, f"acc / l after the last block ({what})", atol=1e-4)
+        except Hint as h:
+            raise Hint(str(h) + _c11_name_mistake(out, s_blocks, v_blocks)) from None
+        expect_close(m, s_all.amax(-1, keepdim=True), f"m after the last block ({what}): the "
+                     "largest score seen so far")
+        n += 2
+    # a query whose first block is entirely blocked: m stays -inf, and nothing may become NaN
+    s1 = torch.tensor([[float("-inf"), float("-inf")], [0.5, float("-inf")]])
+    s2 = torch.tensor([[1.0, 2.0], [-1.0, 0.0]])
+    v1, v2 = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
+    want = torch.softmax(torch.cat([s1, s2], -1), -1) @ torch.cat([v1, v2], -2)
+    out, m, l = _c11_fold(fn, [s1, s2], [v1, v2], "a query whose first block is all blocked")
+    if torch.isnan(out).any() or torch.isnan(l).any():
+        raise Hint("a query whose first block is all blocked (-inf scores) got NaN: there m and "
+                   "m' are both -inf, and exp(m - m') = exp(-inf + inf) is NaN; use 0 in place "
+                   "of a maximum that is still -inf")
+    expect_close(out, want, "acc / l for a query whose first block is all blocked", atol=1e-5)
+    return n + 1

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 HIDDEN = {"remove-input", "hide-input", "remove-cell", "hide-cell"}
 VISIBLE = {  # notebook -> the most visible `assert` lines it may show (outside solutions)
-    "00_setup": 2, "01_bottleneck": 6, "02_additive_attention": 4,
+    "00_setup": 0, "01_bottleneck": 6, "02_additive_attention": 4,
     "03_dot_product_attention": 16, "04_scaled_dot_product": 9, "05_multi_head_attention": 13,
     "06_masking_cross_attention": 6, "07_positional_encoding": 9, "08_transformer": 10,
     "09_training": 23, "10_decoder_only": 0, "11_beyond_attention": 0, "12_workshop": 0,

@@ -22,7 +22,7 @@ HIDDEN = {"remove-input", "hide-input", "remove-cell", "hide-cell"}
 VISIBLE = {  # notebook -> the most visible `assert` lines it may show (outside solutions)
     "00_setup": 2, "01_bottleneck": 6, "02_additive_attention": 4,
     "03_dot_product_attention": 16, "04_scaled_dot_product": 9, "05_multi_head_attention": 0,
-    "06_masking_cross_attention": 0, "07_positional_encoding": 0, "08_transformer": 10,
+    "06_masking_cross_attention": 0, "07_positional_encoding": 0, "08_transformer": 0,
     "09_training": 23, "10_decoder_only": 7, "11_beyond_attention": 2, "12_workshop": 6,
     "appendix_ablations": 9, "appendix_performance": 2,
 }

@@ -51,7 +51,7 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 LOCAL_HOSTS = {"127.0.0.1"}
 MOBILE_WIDTH = 375
 # Heights in CSS pixels at 1280 x 900, the desktop viewport of Visit. Measured on the built book
-# (November 2026): the tallest page is notebooks/09_training, 32,251 px (other chapters 11,457 to
+# (November 2026): the tallest page is notebooks/09_training, 32,251 px (other chapters 12,457 to
 # 25,831 px, prose pages 2,514 to 7,988 px); the tallest cell output is 750 px (09_training; 733 in
 # the appendix, at most 592 elsewhere). The bounds are about 1.5 times the tallest page and three
 # times the tallest output: a chapter that grows past them should be split, and an output that

@@ -271,7 +271,7 @@ def test_committed_data_is_consistent(path, model):
 
 
 def test_committed_gru_data_is_the_leaderboards_run():
-    """bahdanau.json comes from chapter 9's leaderboard run gru-additive, seed 0, trained to the
+    """bahdanau.json comes from chapter 10's leaderboard run gru-additive, seed 0, trained to the
     end: its configuration and test BLEU are the board's."""
     data = json.loads(COMMITTED_GRU.read_text(encoding="utf-8"))
     meta = data["meta"]

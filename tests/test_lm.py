@@ -1,4 +1,4 @@
-"""Chapter 10: the decoder-only stack's key/value cache, sampling, and the one-sequence translator."""
+"""Chapter 11: the decoder-only stack's key/value cache, sampling, and the one-sequence translator."""
 import pytest
 import torch
 
@@ -224,7 +224,7 @@ def test_translator_learns_to_copy():
 
 
 def test_decoder_only_in_the_training_harness():
-    assert "decoder-only" in MODELS                              # on chapter 9's board
+    assert "decoder-only" in MODELS                              # on chapter 10's board
     c = override(preset("smoke", "decoder-only"), vocab_size=20)
     model = build_model(c)
     assert isinstance(model, DecoderOnlyTranslator) and len(model.stack.blocks) == 2 * c.arch.n_layers

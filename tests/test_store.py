@@ -96,6 +96,11 @@ def old_version(relative: str) -> dict | None:
     return json.loads(text)
 
 
+# Keys renamed by hand after the conversion (each says so in its call's note): exercise labels follow
+# the chapter numbers, and the chapters after 9 moved up by one when chapter 9 was split in two.
+RENAMED = {"cpu/exercises.json": {"ex-10-whole-sequence-loss": "ex-11-whole-sequence-loss"}}
+
+
 @pytest.mark.parametrize("relative", sorted(EXPERIMENT_OF))
 def test_conversion_keeps_every_number(relative):
     """The file as committed before the conversion, and as it is now: the data keys are equal,
@@ -103,6 +108,8 @@ def test_conversion_keeps_every_number(relative):
     old = old_version(relative)
     if old is None:
         pytest.skip("no git history here")
+    for before, after in RENAMED.get(relative, {}).items():     # keys renamed since, by hand
+        old = json.loads(json.dumps(old).replace(json.dumps(before), json.dumps(after)))
     now = json.loads((ROOT / "results" / relative).read_text())
     data, _ = split(old)
     assert {k: v for k, v in now.items() if k not in ("experiment", "format", "calls")} == data

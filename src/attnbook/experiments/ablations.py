@@ -8,7 +8,7 @@ heads at a fixed width (so d_k = d_model / h shrinks as h grows), (B) the key wi
 positions. Here each variant changes one thing in the ``cpu-tiny`` Transformer (d_model 128,
 4 heads, 2+2 layers, no dropout, label smoothing 0.1, 1,200 steps), and each is trained with 3 seeds, one thread per run, so that losses and BLEU do
 not depend on how busy the machine is. The baseline is exactly the leaderboard's Transformer
-(chapter 9, ``board.json``): the same configuration, so the same runs.
+(chapter 10, ``board.json``): the same configuration, so the same runs.
 
 Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
 validation cross-entropy without label smoothing; the paper reports both, and label smoothing

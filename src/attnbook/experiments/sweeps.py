@@ -1,4 +1,4 @@
-"""Training and scoring many runs at once: what chapter 9's experiments (``experiments``) and the
+"""Training and scoring many runs at once: what chapter 10's experiments (``experiments``) and the
 ablations (``ablations``, ``head_ablation``) share.
 
 * :func:`train_all` trains (cfg, folder) jobs, ``n_procs`` processes at once with ``threads``

@@ -1,4 +1,4 @@
-"""Chapter 9's experiments, run as commands: the learning-rate sweep and the seeded leaderboard.
+"""Chapter 10's experiments, run as commands: the learning-rate sweep and the seeded leaderboard.
 
     python -m attnbook.experiments.translators sweep --preset cpu-tiny --out runs/sweep --results results/cpu
     python -m attnbook.experiments.translators board --preset cpu-tiny --out runs/board --reuse runs/sweep \
@@ -273,7 +273,7 @@ EXAMPLES = (0, 100, 200, 300, 400)
 def parser() -> Parser:
     """The command's options."""
     p = Parser(prog="python -m attnbook.experiments.translators",
-               description="Chapter 9's learning-rate sweep and seeded leaderboard.")
+               description="Chapter 10's learning-rate sweep and seeded leaderboard.")
     p.add_argument("what", choices=("sweep", "board", "base", "train-only"))
     add_common(p, "preset", "device", "data-dir")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")

@@ -365,7 +365,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     (the tests use it to check that resuming gives exactly the uninterrupted result).
     ``evaluate=False`` skips the final BLEU (the experiments decode their snapshots later).
     ``loss_fn(model, b, label_smoothing) -> loss`` replaces the training loss (default: the
-    book's one loss on the target tokens; chapter 10's exercise trains on the whole sequence);
+    book's one loss on the target tokens; chapter 11's exercise trains on the whole sequence);
     validation and BLEU stay as they are.
 
     At every evaluation ``log.jsonl`` gets the step, the losses, the elapsed training time and

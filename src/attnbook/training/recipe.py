@@ -8,7 +8,7 @@ The recipe of Vaswani et al. (2017), section 5: a joint BPE vocabulary; batches 
 root decay); label smoothing; dropout; and, from later practice, gradient clipping.
 The package states the peak learning rate explicitly (``peak_lr``, reached at step ``warmup``):
 the paper's factor ties it to d_model and warm-up, so that changing either silently changes the
-peak, and a small model needs its own (chapter 9's sweep).
+peak, and a small model needs its own (chapter 10's sweep).
 
 A :class:`TrainConfig` holds the model's architecture, ``arch`` (chapter 8's
 :class:`~attnbook.transformer.TransformerConfig`), and the recipe's options beside it.
@@ -70,11 +70,11 @@ class TrainConfig:
         return cls(**{**d, "arch": TransformerConfig(**d["arch"])})
 
 
-# Every model of the book, trained and evaluated by the same harness (chapter 9's leaderboard):
+# Every model of the book, trained and evaluated by the same harness (chapter 10's leaderboard):
 # the GRU encoder-decoder of chapter 1 (no attention), of chapter 2 (additive attention) and of
 # chapter 3 (dot-product attention), the Transformer of chapter 8 and the decoder-only model of
-# chapter 10.
-# Chapter 10's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
+# chapter 11.
+# Chapter 11's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
 # trains with the same harness and is on the same board.
 MODELS = ("gru", "gru-additive", "gru-dot", "transformer", "decoder-only")
 ALL_MODELS = MODELS
@@ -118,7 +118,7 @@ PRESETS = {
 }
 
 
-# Each model's peak learning rate, per preset. cpu-tiny's come from chapter 9's sweep, chosen
+# Each model's peak learning rate, per preset. cpu-tiny's come from chapter 10's sweep, chosen
 # by validation loss (results/cpu/sweep.json); gpu-base's Transformer uses the paper's peak for
 # d_model 512 and 2,000 warm-up steps (d_model^-0.5 * 2000^-0.5 = 9.9e-4), reached after 400
 # steps. The rest of a preset (data, batches, steps, warm-up, decoding) is the same for every model.

@@ -1,4 +1,4 @@
-"""Chapter 11 (beyond attention): the grader of one step of the online softmax.
+"""Chapter 12 (beyond attention): the grader of one step of the online softmax.
 
 ``online_update(m, l, acc, s, v)`` folds one block of scores into the running state of each
 query, as :func:`attnbook.beyond.online_softmax_attention` does: m (..., Bq, 1) the running
@@ -13,7 +13,7 @@ import torch
 from .core import Hint, expect_close, grader
 
 
-def _c11_reference(m, l, acc, s, v, rescale_acc=True, rescale_l=True, shift=True, flip=False,
+def _c12_reference(m, l, acc, s, v, rescale_acc=True, rescale_l=True, shift=True, flip=False,
                    guard=True):
     """The update; the keyword arguments switch on the classic mistakes the hints name."""
     m_new = torch.maximum(m, s.amax(-1, keepdim=True))
@@ -37,14 +37,14 @@ MISTAKES = [
 ]
 
 
-def _c11_state(shape_q, d_v):
+def _c12_state(shape_q, d_v):
     m = torch.full((*shape_q, 1), float("-inf"))
     return m, torch.zeros(*shape_q, 1), torch.zeros(*shape_q, d_v)
 
 
-def _c11_fold(fn, s_blocks, v_blocks, what):
+def _c12_fold(fn, s_blocks, v_blocks, what):
     """Fold every block with fn; the final (out, m, l)."""
-    m, l, acc = _c11_state(s_blocks[0].shape[:-1], v_blocks[0].shape[-1])
+    m, l, acc = _c12_state(s_blocks[0].shape[:-1], v_blocks[0].shape[-1])
     for j, (s, v) in enumerate(zip(s_blocks, v_blocks)):
         try:
             got = fn(m.clone(), l.clone(), acc.clone(), s, v)
@@ -58,15 +58,15 @@ def _c11_fold(fn, s_blocks, v_blocks, what):
     return acc / l.masked_fill(l == 0, 1.0), m, l
 
 
-def _c11_name_mistake(fn_out, s_blocks, v_blocks) -> str:
+def _c12_name_mistake(fn_out, s_blocks, v_blocks) -> str:
     for kw, hint in MISTAKES:
-        wrong = _c11_fold(lambda *a: _c11_reference(*a, **kw), s_blocks, v_blocks, "")[0]
+        wrong = _c12_fold(lambda *a: _c12_reference(*a, **kw), s_blocks, v_blocks, "")[0]
         if torch.allclose(fn_out.nan_to_num(7.0), wrong.nan_to_num(7.0), atol=1e-5, rtol=1e-4):
             return "; " + hint
     return ""
 
 
-@grader("ex-11-online-softmax", target="online_update")
+@grader("ex-12-online-softmax", target="online_update")
 def check_online_update(fn) -> int:
     g = torch.Generator().manual_seed(11)
     n = 0
@@ -80,11 +80,11 @@ def check_online_update(fn) -> int:
         v_blocks = [torch.randn(*shape_q[:-1], Bk, 6, generator=g) for _ in range(n_blocks)]
         s_all, v_all = torch.cat(s_blocks, -1), torch.cat(v_blocks, -2)
         want = torch.softmax(s_all, -1) @ v_all
-        out, m, l = _c11_fold(fn, s_blocks, v_blocks, what)
+        out, m, l = _c12_fold(fn, s_blocks, v_blocks, what)
         try:
             expect_close(out, want, f"acc / l after the last block ({what})", atol=1e-4)
         except Hint as h:
-            raise Hint(str(h) + _c11_name_mistake(out, s_blocks, v_blocks)) from None
+            raise Hint(str(h) + _c12_name_mistake(out, s_blocks, v_blocks)) from None
         expect_close(m, s_all.amax(-1, keepdim=True), f"m after the last block ({what}): the "
                      "largest score seen so far")
         n += 2
@@ -93,7 +93,7 @@ def check_online_update(fn) -> int:
     s2 = torch.tensor([[1.0, 2.0], [-1.0, 0.0]])
     v1, v2 = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
     want = torch.softmax(torch.cat([s1, s2], -1), -1) @ torch.cat([v1, v2], -2)
-    out, m, l = _c11_fold(fn, [s1, s2], [v1, v2], "a query whose first block is all blocked")
+    out, m, l = _c12_fold(fn, [s1, s2], [v1, v2], "a query whose first block is all blocked")
     if torch.isnan(out).any() or torch.isnan(l).any():
         raise Hint("a query whose first block is all blocked (-inf scores) got NaN: there m and "
                    "m' are both -inf, and exp(m - m') = exp(-inf + inf) is NaN; use 0 in place "

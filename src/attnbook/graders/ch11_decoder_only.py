@@ -1,4 +1,4 @@
-"""Chapter 10 (from translation to chatbots): the graders of top-k filtering, the temperature,
+"""Chapter 11 (from translation to chatbots): the graders of top-k filtering, the temperature,
 the prompt's loss targets and one step of attention with a key-value cache."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..lm import prompt_target_example
 from .core import Hint, expect_close, expect_pair, expect_shape, grader
 
 
-def _c10_top_k_ref(logits, k):
+def _c11_top_k_ref(logits, k):
     """logits (B, V) -> (B, V): every logit below the k-th largest of its row set to -inf (ties
     with the k-th kept), as in :func:`attnbook.lm.sample_next`."""
     k = min(k, logits.shape[-1])
@@ -21,7 +21,7 @@ def _c10_top_k_ref(logits, k):
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
-@grader("ex-10-top-k", target="top_k_filter")
+@grader("ex-11-top-k", target="top_k_filter")
 def check_top_k_filter(fn):
     """Checks ``top_k_filter(logits (B, V), k) -> (B, V)``: the k largest per row kept, the rest -inf."""
     n = 0
@@ -35,7 +35,7 @@ def check_top_k_filter(fn):
     for what, logits, k in cases:
         before = logits.clone()
         got = fn(logits, k)
-        ref = _c10_top_k_ref(before, k)
+        ref = _c11_top_k_ref(before, k)
         expect_shape(got, ref.shape, f"the output for {what}")
         if not torch.equal(logits, before):
             raise Hint(f"for {what}: the input logits were changed; work on a copy "
@@ -60,14 +60,14 @@ def check_top_k_filter(fn):
     return n
 
 
-def _c10_temperature_ref(logits, tau):
+def _c11_temperature_ref(logits, tau):
     """softmax(logits / tau) over the last dimension; tau = 0: one-hot on the argmax."""
     if tau == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
     return (logits / tau).softmax(-1)
 
 
-@grader("ex-10-temperature", target="temperature_softmax")
+@grader("ex-11-temperature", target="temperature_softmax")
 def check_temperature_softmax(fn):
     """Checks ``temperature_softmax(logits (..., V), tau) -> (..., V)``."""
     n = 0
@@ -77,7 +77,7 @@ def check_temperature_softmax(fn):
              ("shape (2, 3, 8), tau=0", (2, 3, 8), 0.0)]
     for what, shape, tau in cases:
         logits = torch.randn(*shape) * 2
-        ref = _c10_temperature_ref(logits, tau)
+        ref = _c11_temperature_ref(logits, tau)
         try:
             got = fn(logits.clone(), tau)
         except ZeroDivisionError:
@@ -101,7 +101,7 @@ def check_temperature_softmax(fn):
     return n
 
 
-@grader("ex-10-prompt-target", target="prompt_target")
+@grader("ex-11-prompt-target", target="prompt_target")
 def check_prompt_target(fn):
     """Checks ``prompt_target(src, tgt) -> (inputs, targets)`` (lists) against the package."""
     n = 0
@@ -134,7 +134,7 @@ def check_prompt_target(fn):
     return n
 
 
-@grader("ex-10-cached-step", target="cached_attention_step")
+@grader("ex-11-cached-step", target="cached_attention_step")
 def check_cached_attention_step(fn):
     """Checks ``cached_attention_step(q, k_new, v_new, cache) -> (B, d_k)`` over t calls."""
     n = 0

@@ -337,7 +337,8 @@ def notebook_links(docname: str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 # The tests
 
-SCREENSHOT_DESKTOP = {"book/intro", "notebooks/02_additive_attention"}
+SCREENSHOT_DESKTOP = {"book/intro", "notebooks/02_additive_attention", "notebooks/09_training",
+                      "notebooks/10_fair_race", "book/teachers"}
 SCREENSHOT_PHONE = {"book/intro", "notebooks/04_scaled_dot_product"}
 
 

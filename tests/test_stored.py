@@ -14,8 +14,9 @@ from attnbook.training.runs import (STORED, STORED_MODELS, MissingRunFile, RunEr
 
 def test_the_stored_models_are_small_and_named():
     assert set(STORED_MODELS) == {p.name for p in STORED.iterdir() if p.is_dir()}
-    total = sum(f.stat().st_size for f in STORED.rglob("*") if f.is_file())
-    assert 0 < total < 15 * 2 ** 20                              # at most ~15 MB together
+    size = {name: sum(f.stat().st_size for f in (STORED / name).iterdir()) for name in STORED_MODELS}
+    assert 0 < size["cpu-tiny"] + size["cpu-base"] < 15 * 2 ** 20    # the two translators: ~15 MB
+    assert sum(size.values()) < 17 * 10 ** 6                        # with the explorer's GRU
 
 
 def test_cpu_tiny_translates_as_the_leaderboard_says():
@@ -23,6 +24,20 @@ def test_cpu_tiny_translates_as_the_leaderboard_says():
     model, tok, cfg = load_stored("cpu-tiny", "cpu")
     run = next(r for r in load("cpu/board.json")["runs"]
                if r["model"] == "transformer" and r["seed"] == 0)
+    test = load_multi30k("test_2016_flickr")
+    hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
+    score = bleu(hyps, [t for _, t in test])
+    assert score["signature"] == run["bleu_signature"]
+    assert abs(score["bleu"] - run["test_bleu"]) <= 0.1, (score["bleu"], run["test_bleu"])
+
+
+def test_gru_additive_translates_as_the_leaderboard_says():
+    """The stored GRU with additive attention (float16) gives the committed test BLEU of the
+    leaderboard's seed 0 run, whose attention the Bahdanau explorer shows."""
+    model, tok, cfg = load_stored("gru-additive", "cpu")
+    run = next(r for r in load("cpu/board.json")["runs"]
+               if r["model"] == "gru-additive" and r["seed"] == 0)
+    assert (cfg.model, cfg.seed, cfg.max_steps, cfg.peak_lr) == ("gru-additive", 0, 1200, run["peak_lr"])
     test = load_multi30k("test_2016_flickr")
     hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
     score = bleu(hyps, [t for _, t in test])

@@ -5,8 +5,12 @@ of model: the encoder-decoder Transformer (book/explorer.md) and Part I's GRU en
 with attention, whose one attention is Bahdanau's alignment (book/explorer_bahdanau.md; models
 ``gru-additive`` and ``gru-dot``).
 
-    python -m attnbook.book.explorer runs/cpu-base/medium --average 5 --out book/_static/explorer/attention.json
-    python -m attnbook.book.explorer runs/board/gru-additive_lr0.008_seed0_steps1200 --bleu --out book/_static/explorer/bahdanau.json
+    python -m attnbook.book.explorer --stored cpu-base --bleu --out book/_static/explorer/attention.json
+    python -m attnbook.book.explorer --stored gru-additive --bleu --out book/_static/explorer/bahdanau.json
+
+``--stored NAME`` reads a model stored in the package (``attnbook.training.runs.load_stored``),
+so both pages regenerate from the repository alone; a run folder (``RUN``, with ``--average K``
+for the mean of its last K snapshots) reads a run of your own.
 
 The sentences are every 50th of Multi30k's ``test_2016_flickr`` (numbers 0, 50, ..., 950: twenty,
 none skipped). Each is translated by beam search (beam 4, the run's length penalty): the search
@@ -54,7 +58,7 @@ from ..data import DataError, load_multi30k
 from ..decoding import beam_search
 from ..mha import attention_modules, recording
 from ..rnn import Seq2Seq
-from ..training.runs import RunError, load_run
+from ..training.runs import STORED_MODELS, RunError, load_run, load_stored
 
 SPLIT, EVERY, COUNT, BEAM = "test_2016_flickr", 50, 20, 4
 # id: (name, module name pattern, row labels, column labels). Rows are the queries and columns
@@ -165,12 +169,22 @@ def run_bleu(model, tok, cfg, pairs: list, metrics: dict, average: int, measure:
     return None, "not measured (--bleu measures it)"
 
 
-def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
-            device="cpu", average: int = 1, measure_bleu: bool = False) -> dict:
-    """The explorer's data for run folder ``run`` (see the module's docstring); ``average``:
-    the weights are the mean of the run's last ``average`` snapshots (``runs.load_run``);
-    ``measure_bleu``: measure the test BLEU of those weights instead of reading the run's."""
-    model, tok, cfg = load_run(run, device, average=average)
+def explore(run: Path | None, every: int = EVERY, count: int = COUNT, data_dir=None,
+            device="cpu", average: int = 1, measure_bleu: bool = False,
+            stored: str | None = None) -> dict:
+    """The explorer's data for run folder ``run`` or for the model the package stores under the
+    name ``stored`` (see the module's docstring); ``average``: the weights are the mean of the
+    run's last ``average`` snapshots (``runs.load_run``); ``measure_bleu``: measure the test BLEU
+    of those weights instead of reading the run's."""
+    if (run is None) == (stored is None):
+        raise ValueError("give a run folder or --stored NAME, not both")
+    if stored is not None:
+        if average != 1:
+            raise ValueError(f"--average {average}: a stored model is already one set of weights "
+                             f"({STORED_MODELS.get(stored, ('',))[0] or stored})")
+        model, tok, cfg = load_stored(stored, device)
+    else:
+        model, tok, cfg = load_run(run, device, average=average)
     gru = cfg.model in GRU_MODELS
     if cfg.model != "transformer" and not gru:
         raise RunError(f"{run} holds a {cfg.model} model; the explorer reads the attention of "
@@ -179,19 +193,20 @@ def explore(run: Path, every: int = EVERY, count: int = COUNT, data_dir=None,
     pairs = load_multi30k(SPLIT, cfg.src_lang, cfg.tgt_lang, data_dir)
     picks = choose(pairs, every, count)
     metrics = {}
-    if (run / "metrics.json").is_file():
+    if run is not None and (run / "metrics.json").is_file():
         metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
     bleu, bleu_of = run_bleu(model, tok, cfg, pairs, metrics, average, measure_bleu)
     meta = {
-        "run": run_name(run),
+        "run": run_name(run) if run is not None else f"stored model {stored}",
         "config": {k: getattr(cfg.arch if hasattr(cfg.arch, k) else cfg, k)
                    for k in (GRU_CONFIG_KEYS if gru else CONFIG_KEYS)},
-        "steps": metrics.get("steps"),
+        "steps": metrics.get("steps", cfg.max_steps if stored is not None else None),
         "val_loss": None if "val_loss" not in metrics or average > 1
                     else round(metrics["val_loss"], 4),
         "test_bleu": bleu,
         "test_bleu_of": bleu_of,
-        "weights_of": "the last checkpoint" if average == 1 else
+        "weights_of": STORED_MODELS[stored][0] if stored is not None else
+                      "the last checkpoint" if average == 1 else
                       f"the mean of the last {average} snapshots (checkpoint averaging)",
         "sentences": f"one in every {every} sentences of Multi30k {SPLIT} ({cfg.src_lang}->"
                      f"{cfg.tgt_lang}), numbers 0, {every}, ..., {picks[-1]}: {count} sentences, "
@@ -274,8 +289,11 @@ def write(data: dict, out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m attnbook.book.explorer", description=__doc__.split("\n")[0])
-    p.add_argument("run", type=Path, help="run folder of a Transformer or of a GRU with "
-                                          "attention (checkpoint.pt, tokenizer.model)")
+    p.add_argument("run", type=Path, nargs="?", help="run folder of a Transformer or of a GRU "
+                   "with attention (checkpoint.pt, tokenizer.model)")
+    p.add_argument("--stored", metavar="NAME", choices=sorted(STORED_MODELS),
+                   help="a model stored in the package instead of a run folder: "
+                        + ", ".join(sorted(STORED_MODELS)))
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--every", type=int, default=EVERY, help=f"step between test sentences "
                                                             f"(default {EVERY})")
@@ -286,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(threads=1)  # the same bytes on every run: one thread, on the CPU
     args = p.parse_args(argv)
     try:
+        if (args.run is None) == (args.stored is None):
+            raise UsageError("give a run folder or --stored NAME (one of them)")
         if args.every < 1 or args.count < 1:
             raise UsageError("--every and --count must be at least 1")
         if args.out.suffix != ".json":
@@ -293,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                              ".svg files are written beside it)")
         apply_common(args)
         data = explore(args.run, args.every, args.count, args.data_dir, average=args.average,
-                       measure_bleu=args.bleu)
+                       measure_bleu=args.bleu, stored=args.stored)
         paths = write(data, args.out)
     except (UsageError, RunError, DataError, ValueError) as e:
         return fail(e)

@@ -196,6 +196,11 @@ STORED_MODELS: dict[str, tuple[str, dict[str, str]]] = {
                  {"weights.pt": "8492c20a6cc238646638c4d1e028f99cf93d5c2b8f3c633fe079213fdc579888",
                   "config.json": "3354bc7ee001c7d2af1b5a7b6ff2b52588ad585cd82d7ca179eb8ec90dc84c04",
                   "tokenizer.model": "24d7c0d2be643287abe73ea6b4120f0b1d8705dfd324162aa9f5ea9221096242"}),
+    "gru-additive": ("chapter 10's GRU with additive attention, seed 0, 1,200 steps (results/cpu/board.json), "
+                     "float16",
+                     {"weights.pt": "9fa0973e444ea203beff843dfc46000618e334da2682f6983e878098e4aed52c",
+                      "config.json": "a41647bd79b6975ff559beb205ee47f87910a4914e91e88bc23ead4247ff4675",
+                      "tokenizer.model": "65f1be612c80ae7fa14ee317dae6933e8889c9ac3f34d461c7fa2b9fa4defe60"}),
 }
 
 
@@ -225,7 +230,9 @@ def load_stored(name: str, device=None, folder: Path | None = None):
     """(model, tokenizer, config) of a trained model stored in the package, in float32 and in
     evaluation mode, ready to translate with :func:`attnbook.decoding.translate`:
     ``load_stored("cpu-tiny")`` is chapter 9's cpu-tiny Transformer (seed 0, 1,200 steps),
-    ``load_stored("cpu-base")`` its cpu-base model (the mean of its last five snapshots).
+    ``load_stored("cpu-base")`` chapter 10's cpu-base model (the mean of its last five snapshots),
+    ``load_stored("gru-additive")`` the leaderboard's GRU with additive attention (seed 0), the
+    model of the page of Bahdanau's attention (book/explorer_bahdanau.md).
 
     Every file is checked against its sha256 (STORED_MODELS) and the weights load with
     ``weights_only=True``. ``folder``: another copy of the files (the tests). Raises RunError,

@@ -128,7 +128,8 @@ class ScoredAttention(nn.Module):
 
 
 class AdditiveAttention(ScoredAttention):
-    """Bahdanau's additive attention: e_{t,i} = v^T tanh(W_q q_t + W_k k_i).
+    """Bahdanau's additive attention: e_{t,i} = tanh(q_t W_q + k_i W_k) v, in the book's row
+    vectors (the layers ``W_q``, ``W_k`` store the transposes of the formula's matrices).
 
     Args:
         d_query: width of a query (for the GRU decoder, its state s_{t-1}: d_model).
@@ -168,7 +169,7 @@ class AdditiveAttention(ScoredAttention):
 
 
 class LuongAttention(ScoredAttention):
-    """Luong's multiplicative attention: e_{t,i} = q_t . k_i ("dot") or q_t^T W k_i ("general").
+    """Luong's multiplicative attention: e_{t,i} = q_t . k_i ("dot") or q_t W k_i^T ("general").
 
     Args:
         d_query: width of a query (for the GRU decoder, its state s_{t-1}: d_model).
@@ -178,8 +179,8 @@ class LuongAttention(ScoredAttention):
             as the bias-free ``nn.Linear`` ``W_k`` from d_key to d_query, so ``W_k.weight`` is the
             (d_query, d_key) matrix W of the formula).
 
-    Luong et al.'s third score, "concat", v^T tanh(W [q_t; k_i]), is :class:`AdditiveAttention`
-    (splitting W into the blocks acting on q_t and on k_i gives W_q q_t + W_k k_i).
+    Luong et al.'s third score, "concat", tanh([q_t, k_i] W) v, is :class:`AdditiveAttention`
+    (splitting W into the blocks acting on q_t and on k_i gives q_t W_q + k_i W_k).
 
     Same interface as :class:`AdditiveAttention` (see :class:`ScoredAttention` for the shapes and
     the mask convention). :meth:`project_keys` gives W k_i for "general", computed once per source

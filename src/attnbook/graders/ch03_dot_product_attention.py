@@ -9,7 +9,8 @@ from .core import Hint, expect_close, expect_pair, expect_shape, grader
 
 
 def _c3_concat_score_ref(query, keys, W, v):
-    """e_i = v^T tanh(W [q; k_i]): query (B, d_q), keys (B, S, d_k) -> (B, S)."""
+    """e_i = tanh([q, k_i] W^T) v, W as nn.Linear stores it, (d_attn, d_q + d_k): query (B, d_q),
+    keys (B, S, d_k) -> (B, S)."""
     q = query[:, None, :].expand(-1, keys.shape[1], -1)                 # (B, S, d_q)
     return torch.tanh(torch.cat([q, keys], dim=-1) @ W.T) @ v          # (B, S)
 
@@ -36,13 +37,13 @@ def check_concat_score(fn):
                        "act on the query, the last d_k on the key: use torch.cat([q, k_i])")
         if torch.allclose(got, (torch.cat([query[:, None, :].expand(-1, S, -1), keys], -1)
                                 @ W.T) @ v, atol=1e-5) and not torch.allclose(got, ref, atol=1e-5):
-            raise Hint(f"on {what}: the scores match v^T W [q; k_i] without the tanh; apply tanh "
-                       "to the hidden layer W [q; k_i] before the dot product with v")
+            raise Hint(f"on {what}: the scores match ([q, k_i] W^T) v without the tanh; apply tanh "
+                       "to the hidden layer [q, k_i] W^T before the product with v")
         sums = got.sum(-1)
         if S > 1 and (got >= 0).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
             raise Hint(f"on {what}: the values are non-negative and sum to 1 over the keys: return "
                        "the scores e_i themselves, before the softmax")
-        expect_close(got, ref, f"the scores on {what} (e_i = v^T tanh(W [q; k_i]))")
+        expect_close(got, ref, f"the scores on {what} (e_i = tanh([q, k_i] W^T) v)")
         n += 1
     # equal to the additive score with W split into [W_q | W_k]
     attn = AdditiveAttention(3, 5, 4)

@@ -19,42 +19,27 @@ def test_the_stored_models_are_small_and_named():
     assert sum(size.values()) < 17 * 10 ** 6                        # with the explorer's GRU
 
 
-def test_cpu_tiny_translates_as_the_leaderboard_says():
-    """The stored weights (float16) give the committed test BLEU of the leaderboard's run."""
-    model, tok, cfg = load_stored("cpu-tiny", "cpu")
-    run = next(r for r in load("cpu/board.json")["runs"]
-               if r["model"] == "transformer" and r["seed"] == 0)
+def committed(name: str) -> dict:
+    """The committed record of a stored model: its leaderboard run (seed 0), or cpu_base.json."""
+    if name == "cpu-base":
+        return load("cpu/cpu_base.json")
+    model = "transformer" if name == "cpu-tiny" else name
+    return next(r for r in load("cpu/board.json")["runs"] if r["model"] == model and r["seed"] == 0)
+
+
+@pytest.mark.parametrize("name", sorted(STORED_MODELS))
+def test_a_stored_model_translates_as_its_committed_result_says(name):
+    """The stored weights (float16) give the committed test BLEU within 0.1: the leaderboard's
+    seed-0 runs (cpu-tiny, the explorer's gru-additive) and cpu-base's average of five snapshots."""
+    model, tok, cfg = load_stored(name, "cpu")
+    record = committed(name)
+    if name != "cpu-base":
+        assert (cfg.seed, cfg.max_steps, cfg.peak_lr) == (0, 1200, record["peak_lr"])
     test = load_multi30k("test_2016_flickr")
     hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
     score = bleu(hyps, [t for _, t in test])
-    assert score["signature"] == run["bleu_signature"]
-    assert abs(score["bleu"] - run["test_bleu"]) <= 0.1, (score["bleu"], run["test_bleu"])
-
-
-def test_gru_additive_translates_as_the_leaderboard_says():
-    """The stored GRU with additive attention (float16) gives the committed test BLEU of the
-    leaderboard's seed 0 run, whose attention the Bahdanau explorer shows."""
-    model, tok, cfg = load_stored("gru-additive", "cpu")
-    run = next(r for r in load("cpu/board.json")["runs"]
-               if r["model"] == "gru-additive" and r["seed"] == 0)
-    assert (cfg.model, cfg.seed, cfg.max_steps, cfg.peak_lr) == ("gru-additive", 0, 1200, run["peak_lr"])
-    test = load_multi30k("test_2016_flickr")
-    hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
-    score = bleu(hyps, [t for _, t in test])
-    assert score["signature"] == run["bleu_signature"]
-    assert abs(score["bleu"] - run["test_bleu"]) <= 0.1, (score["bleu"], run["test_bleu"])
-
-
-def test_cpu_base_translates_as_its_committed_result_says():
-    """The stored cpu-base model (the mean of its last five snapshots, float16) gives the test
-    BLEU of results/cpu/cpu_base.json."""
-    model, tok, cfg = load_stored("cpu-base", "cpu")
-    base = load("cpu/cpu_base.json")
-    test = load_multi30k("test_2016_flickr")
-    hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
-    score = bleu(hyps, [t for _, t in test])
-    assert score["signature"] == base["bleu_signature"]
-    assert abs(score["bleu"] - base["test_bleu"]) <= 0.1, (score["bleu"], base["test_bleu"])
+    assert score["signature"] == record["bleu_signature"]
+    assert abs(score["bleu"] - record["test_bleu"]) <= 0.1, (score["bleu"], record["test_bleu"])
 
 
 def test_a_changed_or_missing_file_is_refused(tmp_path):

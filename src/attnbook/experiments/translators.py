@@ -47,7 +47,7 @@ from ..bleu import bleu, bleu_by_length
 from ..cli import Parser, add_common
 from ..data import load_multi30k
 from ..decoding import translate
-from ..training.recipe import MODELS, forward_logits, override, preset
+from ..training.recipe import ALL_MODELS, MODELS, forward_logits, override, preset
 from ..training.runs import average_checkpoints, load_checkpoint, save_checkpoint, snapshot_files
 from .registry import SEEDS
 from .sweeps import (SNAPSHOTS, load_weights, open_run, run_name,  # noqa: F401
@@ -63,6 +63,7 @@ SWEEP_LRS = {
     "gru": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2),
     "gru-additive": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
     "gru-dot": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
+    "conv": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
 }
 # BLEU against budget: sweeps.SNAPSHOTS and the preset's last step,
 BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only")  # for these (decoding costs)
@@ -278,7 +279,7 @@ def parser() -> Parser:
     add_common(p, "preset", "device", "data-dir")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")
     p.add_argument("--results", type=Path, help="folder for sweep.json / board.json")
-    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    p.add_argument("--models", nargs="+", choices=ALL_MODELS, default=list(MODELS))
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--max-steps", type=int, help="sweep: steps per run (default 600); base: "
                                                  "steps of each candidate instead of its own "

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+from ..conv import ConvS2S, layers_like
 from ..lm import DecoderOnlyTranslator
 from ..rnn import Seq2Seq
 from ..transformer import Transformer, TransformerConfig
@@ -77,7 +78,9 @@ class TrainConfig:
 # Chapter 11's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
 # trains with the same harness and is on the same board.
 MODELS = ("gru", "gru-additive", "gru-dot", "transformer", "decoder-only")
-ALL_MODELS = MODELS
+# The convolutional translator (conv.ConvS2S, issue of the paper's third family) trains with the
+# same harness; it joins MODELS, the board's, once its own sweep has chosen its rate.
+ALL_MODELS = MODELS + ("conv",)
 
 
 PRESETS = {
@@ -140,6 +143,10 @@ def preset(name: str, model: str = "transformer") -> TrainConfig:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     if model not in ALL_MODELS:
         raise ConfigError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
+    if model not in PEAK_LR[name]:
+        raise ConfigError(f"preset {name!r} has no peak learning rate for {model!r} yet: sweep it "
+                          f"(python -m attnbook.experiments.translators sweep --models {model} ...) "
+                          "or give one (--peak-lr, --set peak_lr=...)")
     cfg = PRESETS[name]   # its own copy of arch: changing it in place leaves the preset alone
     return replace(cfg, model=model, peak_lr=PEAK_LR[name][model], arch=replace(cfg.arch))
 
@@ -195,6 +202,9 @@ def build_model(cfg: TrainConfig) -> torch.nn.Module:
         return Seq2Seq(a.vocab_size, a.d_model, attention=False)
     if cfg.model in ("gru-additive", "gru-dot"):
         return Seq2Seq(a.vocab_size, a.d_model, attention=True, score=cfg.model[4:])
+    if cfg.model == "conv":  # as many layers as give the Transformer's parameters outside embeddings
+        outside = sum(p.numel() for n, p in Transformer(a).named_parameters() if "embed" not in n)
+        return ConvS2S(a.vocab_size, a.d_model, layers_like(outside, a.d_model), max_len=a.max_len)
     raise ConfigError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
 
 

@@ -73,7 +73,7 @@ def sweep_jobs(preset_name: str, models, max_steps: int, out: Path) -> list:
     jobs = []
     for m in models:
         for lr in SWEEP_LRS[m]:
-            cfg = replace(preset(preset_name, m), peak_lr=lr, max_steps=max_steps, seed=0,
+            cfg = replace(preset(preset_name, m, peak_lr=lr), max_steps=max_steps, seed=0,
                           snapshot_steps=tuple(s for s in SNAPSHOTS if s < max_steps))
             jobs.append((cfg, out / run_name(cfg)))
     return jobs

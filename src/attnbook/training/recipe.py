@@ -137,18 +137,20 @@ PEAK_LR = {
 }
 
 
-def preset(name: str, model: str = "transformer") -> TrainConfig:
-    """The configuration of preset ``name`` for ``model`` (one of ALL_MODELS)."""
+def preset(name: str, model: str = "transformer", peak_lr: float | None = None) -> TrainConfig:
+    """The configuration of preset ``name`` for ``model`` (one of ALL_MODELS), at the model's
+    peak learning rate in PEAK_LR, or at ``peak_lr`` (a sweep's)."""
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     if model not in ALL_MODELS:
         raise ConfigError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
-    if model not in PEAK_LR[name]:
+    if peak_lr is None and model not in PEAK_LR[name]:
         raise ConfigError(f"preset {name!r} has no peak learning rate for {model!r} yet: sweep it "
                           f"(python -m attnbook.experiments.translators sweep --models {model} ...) "
                           "or give one (--peak-lr, --set peak_lr=...)")
     cfg = PRESETS[name]   # its own copy of arch: changing it in place leaves the preset alone
-    return replace(cfg, model=model, peak_lr=PEAK_LR[name][model], arch=replace(cfg.arch))
+    return replace(cfg, model=model, peak_lr=PEAK_LR[name][model] if peak_lr is None else peak_lr,
+                   arch=replace(cfg.arch))
 
 
 def flatten(d: dict) -> dict:

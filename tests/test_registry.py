@@ -44,7 +44,7 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
 @pytest.mark.parametrize("argv,message", [
     (["run", "nope"], "invalid choice: 'nope'"),
     (["run", "sweep", "--seeds", "0"], "sweep takes no seeds"),
-    (["run", "sweep", "--only", "x"], "sweep has no parts to run alone"),
+    (["run", "base", "--only", "x"], "base has no parts to run alone"),
     (["run", "toy_seeds", "--seeds", "0"], "--seeds without --only would replace "
                                            "results/cpu/toy_seeds.json"),
     (["run"], "give an experiment's NAME, or --list"),

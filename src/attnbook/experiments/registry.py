@@ -100,7 +100,7 @@ EXPERIMENTS = {e.name: e for e in [
          seeds_flag="", tiny=("sweep", "--preset", "smoke", "--models", "transformer",
                               "--max-steps", "2",
                               "--sentences", "8", "--out", "{out}/runs", "--results", "{out}"),
-         needs="Multi30k"),
+         only=("--models", "{key}", "--merge"), needs="Multi30k"),
     _exp("board", "experiments.translators", ("cpu/board.json",), "chapters 8-11",
          ("board", "--preset", "cpu-tiny", "--out", "runs/board", "--reuse", "runs/sweep",
           "--results", "results/cpu"),

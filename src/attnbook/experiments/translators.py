@@ -290,6 +290,9 @@ def parser() -> Parser:
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--merge", action="store_true", help="sweep: add these models' runs to the "
+                   "existing sweep.json (each model's choice is over its own runs) instead of "
+                   "replacing it")
     return p
 
 
@@ -355,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "
                 "in the results, which must not name folders of the machine that made them)")
+    if args.merge and (args.what != "sweep" or not args.results
+                       or not (args.results / "sweep.json").is_file()):
+        p.error("--merge adds runs to an existing sweep.json: give sweep, and --results with "
+                "the folder that holds it")
     if args.what == "sweep":
         jobs = sweep_jobs(args.preset, args.models, args.max_steps or 600, args.out)
     elif args.what == "base":
@@ -378,8 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     # the runs may have been trained by earlier calls (an interrupted command continues)
     result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in result["runs"]), 1)
     name = {"sweep": "sweep.json", "board": "board.json", "base": "cpu_base.json"}[args.what]
-    store.write(args.results / name, store.result(
-        {"base": "base"}.get(args.what, args.what), result, call))
+    new = store.result({"base": "base"}.get(args.what, args.what), result, call)
+    if args.merge:          # a model's runs added to the file: the choice of each model kept
+        old = store.read(args.results / name)
+        new = store.merge(old, new, "runs", by=("model", "peak_lr", "seed"),
+                          same=("preset", "selection"))
+        new["chosen_peak_lr"] = {**old["chosen_peak_lr"], **result["chosen_peak_lr"]}
+        new["train_time_s_sum"] = round(sum(r["train_time_s"] for r in new["runs"]), 1)
+    store.write(args.results / name, new)
     print(f"wrote {args.results / name}")
     return 0
 

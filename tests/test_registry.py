@@ -121,6 +121,18 @@ def test_tiny_sweep_and_board(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check(tiny("sweep")["sweep.json"], "sweep", "python -m attnbook.experiments.translators sweep")
     check(tiny("board")["board.json"], "board", "python -m attnbook.experiments.translators board")
+    # --only MODEL adds a model's runs to both files: the old rows, choices and summaries stay
+    for name in ("sweep", "board"):
+        before = store.read(Path(f"tiny/{name}.json"))
+        assert main(["run", name, "--tiny", "--out", "tiny", "--only", "conv"]) == 0
+        after = store.read(Path(f"tiny/{name}.json"))
+        added = after["runs"][len(before["runs"]):]
+        assert after["runs"][:len(before["runs"])] == before["runs"] and len(after["calls"]) == 2
+        assert added and all(r["model"] == "conv" for r in added)
+        assert after["calls"][1]["rows"] == [f"conv/{r['peak_lr']}/{r['seed']}" for r in added]
+        key = "chosen_peak_lr" if name == "sweep" else "summary_test_bleu"
+        assert set(after[key]) == {"transformer", "conv"} and after[key]["transformer"] == before[key]["transformer"]
+    assert all("conv" in e and "transformer" in e for e in after["examples"])
     made = tiny("base")["cpu_base.json"]
     check(made, "base", "python -m attnbook.experiments.translators base")
     assert {r["config"]["max_steps"] for r in made["runs"]} == {2}

@@ -66,7 +66,7 @@ SWEEP_LRS = {
     "conv": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
 }
 # BLEU against budget: sweeps.SNAPSHOTS and the preset's last step,
-BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only")  # for these (decoding costs)
+BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only", "conv")  # these (decoding costs)
 
 
 def sweep_jobs(preset_name: str, models, max_steps: int, out: Path) -> list:
@@ -290,9 +290,9 @@ def parser() -> Parser:
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--merge", action="store_true", help="sweep: add these models' runs to the "
-                   "existing sweep.json (each model's choice is over its own runs) instead of "
-                   "replacing it")
+    p.add_argument("--merge", action="store_true", help="sweep, board: add these models' runs to "
+                   "the existing sweep.json or board.json (each model's choice and summary are "
+                   "over its own runs) instead of replacing it")
     return p
 
 
@@ -358,10 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "
                 "in the results, which must not name folders of the machine that made them)")
-    if args.merge and (args.what != "sweep" or not args.results
-                       or not (args.results / "sweep.json").is_file()):
-        p.error("--merge adds runs to an existing sweep.json: give sweep, and --results with "
-                "the folder that holds it")
+    if args.merge and (args.what not in ("sweep", "board") or not args.results
+                       or not (args.results / f"{args.what}.json").is_file()):
+        p.error("--merge adds runs to an existing sweep.json or board.json: give sweep or board, "
+                "and --results with the folder that holds it")
     if args.what == "sweep":
         jobs = sweep_jobs(args.preset, args.models, args.max_steps or 600, args.out)
     elif args.what == "base":
@@ -390,7 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         old = store.read(args.results / name)
         new = store.merge(old, new, "runs", by=("model", "peak_lr", "seed"),
                           same=("preset", "selection"))
-        new["chosen_peak_lr"] = {**old["chosen_peak_lr"], **result["chosen_peak_lr"]}
+        for key in ("chosen_peak_lr", "summary_test_bleu"):         # per model: old and new
+            if key in result:
+                new[key] = {**old[key], **result[key]}
+        if "examples" in result:                                    # one more model per example
+            mine = {e["index"]: e for e in result["examples"]}
+            new["examples"] = [{**e, **mine.get(e["index"], {})} for e in old["examples"]]
         new["train_time_s_sum"] = round(sum(r["train_time_s"] for r in new["runs"]), 1)
     store.write(args.results / name, new)
     print(f"wrote {args.results / name}")

@@ -44,15 +44,16 @@ def test_only_refuses_to_replace_a_whole_result(tmp_path, capsys):
 
 
 def test_the_committed_times_back_the_teachers_page():
-    """book/teachers.md: every page runs in under two minutes on one thread, chapter 9 longest;
-    every notebook of the book is measured, with its exercises."""
+    """book/teachers.md: every page but chapter 9 runs in under a minute on one thread, chapter 9
+    (a training chapter) in about two, well within the three minutes a training chapter may
+    take; every notebook of the book is measured, with its exercises."""
     from attnbook.book.exercises import exercise_labels
     from attnbook.experiments.store import ROOT, load
     res = load("cpu/course.json")
     rows = {r["notebook"]: r for r in res["notebooks"]}
     assert set(rows) == {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
-    assert all(r["run_seconds"] < 120 for r in rows.values())
-    assert max(rows, key=lambda n: rows[n]["run_seconds"]) == "09_training"
+    assert all(r["run_seconds"] < 60 for n, r in rows.items() if n != "09_training")
+    assert 90 < rows["09_training"]["run_seconds"] < 150                       # "about two"
     for name, r in rows.items():
         nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
         assert [e["label"] for e in r["exercises"]] == exercise_labels(nb), name

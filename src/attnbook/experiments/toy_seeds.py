@@ -17,6 +17,10 @@ of :data:`attnbook.toy.PART1`: ``deterministic(seed)``, then the model, then
   the steps, or a summary twice as wide (1,200 steps);
 * ``copy``: chapter 2's exercise ex-02-copy, chapter 2's attention model trained and scored on
   ``task="copy"`` (the target is the source unchanged), 1,200 steps;
+* ``transformer`` and ``conv``: chapter 10's three families on one task, chapter 8's toy
+  Transformer (d_model 64, 4 heads, d_ff 128, 3 + 3 layers) and a ConvS2S with as many layers as
+  give it that Transformer's parameters outside the embeddings, trained exactly as the GRUs
+  (1,200 steps, the same batches and learning rate);
 * with ``--timing`` (the default), chapter 3's exercise ex-03-predict-cost: milliseconds per
   training step of four attention models (:func:`step_times`).
 
@@ -49,7 +53,9 @@ import torch.nn.functional as F
 from .. import PAD_ID
 from . import store
 from ..cli import Parser, fail
+from ..conv import ConvS2S, layers_like
 from ..rnn import Seq2Seq
+from ..transformer import Transformer, TransformerConfig
 from ..toy import (PART1, accuracy_by_length, copy_alignment, greedy_tokens, make_batch,
                   reversal_alignment, train_toy, vocab_size)
 from ..utils import count_parameters, deterministic
@@ -71,7 +77,24 @@ RUNS = {
                               shown="chapter 1, ex-01-budget"),
     "copy": dict(model=dict(attention=True, score="additive"), steps=STEPS, task="copy",
                  shown="chapter 2, ex-02-copy"),
+    "transformer": dict(model=dict(family="transformer"), steps=STEPS, shown="chapter 10"),
+    "conv": dict(model=dict(family="conv"), steps=STEPS, shown="chapter 10"),
 }
+# chapter 8's toy Transformer, and the size a ConvS2S must match
+TOY_TRANSFORMER = dict(d_model=D_MODEL, h=4, d_ff=2 * D_MODEL, n_layers=3, dropout=0.0, max_len=32)
+
+
+def build(model_kw: dict, vocab: int) -> torch.nn.Module:
+    """The model of a run: a GRU encoder-decoder (Seq2Seq's arguments), or, with ``family``,
+    chapter 8's toy Transformer or a ConvS2S of its size."""
+    family = model_kw.get("family", "gru")
+    if family == "gru":
+        return Seq2Seq(vocab, **model_kw)
+    transformer = Transformer(TransformerConfig(vocab_size=vocab, **TOY_TRANSFORMER))
+    if family == "transformer":
+        return transformer
+    outside = sum(p.numel() for n, p in transformer.named_parameters() if "embed" not in n)
+    return ConvS2S(vocab, D_MODEL, layers_like(outside, D_MODEL), max_len=TOY_TRANSFORMER["max_len"])
 # Chapter 3's exercise ex-03-predict-cost: the time per training step of four attention models
 COST = {"additive-64": dict(score="additive"), "additive-256": dict(score="additive", d_attn=256),
         "dot-64": dict(score="dot"), "dot-128": dict(score="dot", d_model=2 * D_MODEL)}
@@ -100,7 +123,7 @@ def run(name: str, seed: int, tiny: bool = False) -> dict:
     train = PART1["train"] | {"seed": seed, "steps": TINY["steps"] if tiny else spec["steps"]}
     model_kw = {"d_model": D_MODEL} | spec["model"]
     deterministic(seed)                                     # the initial weights: as the chapters
-    model = Seq2Seq(vocab_size(task["n_symbols"]), **model_kw)
+    model = build(model_kw, vocab_size(task["n_symbols"]))
     start = time.perf_counter()
     history = train_toy(model, **task, **train)             # seed: the data order
     seconds = time.perf_counter() - start
@@ -115,9 +138,9 @@ def run(name: str, seed: int, tiny: bool = False) -> dict:
            "loss_blocks": [sum(history[i:i + block]) / block
                            for i in range(0, len(history) - block + 1, block)],
            "length": acc["length"], "exact": acc["exact"], "token": acc["token"]}
-    if not spec["model"]["attention"]:
+    if spec["model"].get("attention") is False:
         out["by_position"] = accuracy_by_position(model, n=TINY["n_per_length"] if tiny else 500)
-    if spec["model"]["attention"]:
+    if spec["model"].get("attention"):
         align = PART1["alignment"] | ({"n": TINY["n_alignment"]} if tiny else {})
         alignment = copy_alignment if task["task"] == "copy" else reversal_alignment
         out["alignment"] = alignment(model, task["n_symbols"], **align)

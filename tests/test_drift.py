@@ -56,11 +56,11 @@ def test_a_stale_number_in_a_notebooks_markdown_is_reported(tmp_path):
     nb = json.loads((ROOT / "notebooks" / "06_masking_cross_attention.ipynb").read_text())
     cell = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"
                 and "34.5 %" in "".join(c["source"]))
-    nb["cells"][cell]["source"] = [s.replace("34.5 %", "43.5 %") for s in nb["cells"][cell]["source"]]
+    nb["cells"][cell]["source"] = [s.replace("34.5 %", "341.5 %") for s in nb["cells"][cell]["source"]]
     copy = tmp_path / "06.ipynb"
     copy.write_text(json.dumps(nb))
     problems = check_notebook(copy, "06.ipynb")
-    assert {p.number for p in problems} == {"43.5 %"}, report(problems)
+    assert {p.number for p in problems} == {"341.5 %"}, report(problems)
     assert all(p.line // 1000 == cell for p in problems)
 
 
@@ -185,6 +185,6 @@ def test_the_command_prints_one_pages_problems(tmp_path, capsys):
     assert "'0.62' is backed by none of" in out and out.endswith("1 unbacked number(s) in 1 page(s)\n")
     nb = ROOT / "notebooks" / "06_masking_cross_attention.ipynb"
     copy = tmp_path / "06.ipynb"
-    copy.write_text(nb.read_text(encoding="utf-8").replace("34.5 %", "43.5 %"), encoding="utf-8")
+    copy.write_text(nb.read_text(encoding="utf-8").replace("34.5 %", "341.5 %"), encoding="utf-8")
     assert drift.main([str(copy)]) == 1
-    assert re.search(r"06\.ipynb, cell \d+, line \d+: '43\.5 %'", capsys.readouterr().out)
+    assert re.search(r"06\.ipynb, cell \d+, line \d+: '341\.5 %'", capsys.readouterr().out)

@@ -73,7 +73,7 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     import attnbook.experiments.translators as ex
     # smoke's peak rates are 3e-3: the board reuses the sweep's runs at that rate
     monkeypatch.setattr(ex, "SWEEP_LRS", {"transformer": (3e-3, 1e-2), "gru": (3e-3,)})
-    monkeypatch.setattr(ex, "SNAPSHOTS", (6, 10))
+    monkeypatch.setattr(ex, "SNAPSHOTS", (6, 10, 20))
     monkeypatch.chdir(tmp_path)                            # paths relative to the repository
     common = ["--preset", "smoke", "--models", "transformer", "gru", "--jobs", "1",
               "--sentences", "6", "--results", "results"]
@@ -118,6 +118,37 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert main(["board", "--seeds", "0", "1", "--out", "board", *common]) == 0
     again = json.loads((tmp_path / "results" / "board.json").read_text())
     assert again["runs"] == board["runs"] and [f.stat().st_mtime_ns for f in scores] == stamps
+
+    # greedy as well as beam search at every step, and the seconds each step had cost
+    for r in board["runs"]:
+        assert list(r["greedy_bleu_at_step"]) == list(r["bleu_at_step"]) == list(r["train_s_at_step"])
+        assert r["train_s_at_step"]["20"] == r["train_time_s"] and r["steps"] == 20
+        assert sorted(r["train_s_at_step"].values()) == list(r["train_s_at_step"].values())
+        assert "hypotheses" not in r and "hypotheses_at_step" not in r
+    # the paired bootstrap: the two models, seed with seed, at the steps both were scored
+    pairs = {(b["a"], b["b"], b["seed"], b["step"], b["decoding"]) for b in board["bootstrap"]}
+    assert pairs == {("transformer", "gru", s, "20", d) for s in (0, 1) for d in ("beam", "greedy")}
+    for b in board["bootstrap"]:
+        r = {m: next(r for r in board["runs"] if (r["model"], r["seed"]) == (m, b["seed"]))
+             for m in (b["a"], b["b"])}
+        key = "bleu_at_step" if b["decoding"] == "beam" else "greedy_bleu_at_step"
+        assert (b["bleu_a"], b["bleu_b"]) == (r[b["a"]][key]["20"], r[b["b"]][key]["20"])
+        assert 0 < b["p_value"] <= 1 and b["ci_a"] >= 0
+
+    # a longer board (--max-steps, --name) continues the board's runs: its first steps are
+    # theirs, so its BLEU at their last step is theirs, and the scores of the shorter runs
+    # are not taken for the longer ones
+    assert main(["board", "--seeds", "0", "--max-steps", "24", "--models", "transformer",
+                 "--out", "board", "--reuse", "board", "--name", "board_long", "--jobs", "1",
+                 "--preset", "smoke", "--sentences", "6", "--results", "results"]) == 0
+    long = json.loads((tmp_path / "results" / "board_long.json").read_text())
+    assert long["experiment"] == "board_long" and len(long["runs"]) == 1
+    r, short = long["runs"][0], next(r for r in board["runs"] if r["model"] == "transformer"
+                                     and r["seed"] == 0)
+    assert r["steps"] == 24 and list(r["bleu_at_step"]) == ["6", "10", "20", "24"]
+    for key in ("bleu_at_step", "greedy_bleu_at_step", "train_s_at_step"):
+        assert {k: r[key][k] for k in short[key]} == short[key]
+    assert long["bootstrap"] == []                            # one model: nothing to compare
 
 
 def test_checkpoint_averaging_is_the_mean_of_the_weights(tmp_path):

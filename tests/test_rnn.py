@@ -402,3 +402,28 @@ def test_every_model_returns_logits_and_attention_only_on_request(batch):
     assert len(cross) == 2 and cross[0].shape == (batch.src.shape[0], 2, batch.tgt_in.shape[1],
                                                   batch.src.shape[1])
     torch.testing.assert_close(logits2, tr(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask))
+
+
+def test_width_like_gives_the_gru_of_the_transformers_size():
+    """Chapter 10's equal-size GRU: width_like picks the width (a multiple of 16) whose count
+    outside the embeddings and the output layer is nearest the target, and the recipe's
+    gru-additive-wide is that model at the Transformer's count outside its embeddings."""
+    from attnbook.rnn import width_like
+    from attnbook.training.recipe import build_model, preset
+    from attnbook.transformer import Transformer
+
+    def inside(m):
+        return sum(p.numel() for n, p in m.named_parameters()
+                   if "embed" not in n and not n.startswith("decoder.out"))
+
+    for target in (50_000, 300_000, 662_528):
+        d = width_like(target)
+        assert d % 16 == 0
+        gap = abs(inside(Seq2Seq(2, d, attention=True)) - target)
+        for other in (d - 16, d + 16):
+            if other > 0:
+                assert gap <= abs(inside(Seq2Seq(2, other, attention=True)) - target)
+    cfg = preset("smoke", "gru-additive-wide")
+    model = build_model(cfg)
+    outside = sum(p.numel() for n, p in Transformer(cfg.arch).named_parameters() if "embed" not in n)
+    assert isinstance(model, Seq2Seq) and model.d_model == width_like(outside)

@@ -179,6 +179,7 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
         spec = toy_seeds.RUNS[r["name"]]
         assert r["steps"] == spec["steps"] and r["length"] == LENGTHS
         assert len(r["loss_blocks"]) == spec["steps"] // toy_seeds.BLOCK
+        assert r.get("lr", PART1["train"]["lr"]) == spec.get("lr", PART1["train"]["lr"])
     assert set(result["predict_cost"]["ms_per_step"]) == set(toy_seeds.COST)
 
 

@@ -24,7 +24,7 @@ from ..training.runs import load_run
 from ..training.loop import train
 from ..utils import get_device
 
-SNAPSHOTS = (150, 300, 600)   # snapshots of the weights at these steps: BLEU against budget
+SNAPSHOTS = (150, 300, 600, 1200)   # snapshots of the weights at these steps: BLEU against budget
 
 
 def run_name(cfg) -> str:
@@ -83,6 +83,8 @@ def _score_cached(job) -> dict:
     fn, folder, *rest = job
     cache = Path(folder) / f"score_{fn.__name__.strip('_')}.json"
     key = {"limit": rest[2], "device": rest[3]}
+    if getattr(fn, "version", 0):                   # a scorer that changed what it measures
+        key["version"] = fn.version
     if cache.is_file():
         saved = json.loads(cache.read_text())
         if saved["key"] == key:

@@ -20,7 +20,9 @@ of :data:`attnbook.toy.PART1`: ``deterministic(seed)``, then the model, then
 * ``transformer`` and ``conv``: chapter 10's three families on one task, chapter 8's toy
   Transformer (d_model 64, 4 heads, d_ff 128, 3 + 3 layers) and a ConvS2S with as many layers as
   give it that Transformer's parameters outside the embeddings, trained exactly as the GRUs
-  (1,200 steps, the same batches and learning rate);
+  (1,200 steps, the same batches and learning rate); and ``additive-lr1e-3`` ...
+  ``conv-lr0.01``: the three families at a third and at three times that rate (:data:`TOY_RATES`),
+  so that each can be shown at its own rate;
 * with ``--timing`` (the default), chapter 3's exercise ex-03-predict-cost: milliseconds per
   training step of four attention models (:func:`step_times`).
 
@@ -80,6 +82,14 @@ RUNS = {
     "transformer": dict(model=dict(family="transformer"), steps=STEPS, shown="chapter 10"),
     "conv": dict(model=dict(family="conv"), steps=STEPS, shown="chapter 10"),
 }
+# chapter 10's three families, each at its own learning rate: the runs above at 3e-3, and these
+# at a third and at three times that rate (chosen by the final training loss, which on this task
+# is measured on examples never seen before: every batch is drawn afresh)
+TOY_RATES = (1e-3, 3e-3, 1e-2)
+FAMILIES = {"additive": dict(attention=True, score="additive"), "transformer": dict(family="transformer"),
+            "conv": dict(family="conv")}
+RUNS |= {f"{name}-lr{lr:g}": dict(model=model, steps=STEPS, lr=lr, shown="chapter 10")
+         for name, model in FAMILIES.items() for lr in TOY_RATES if lr != PART1["train"]["lr"]}
 # chapter 8's toy Transformer, and the size a ConvS2S must match
 TOY_TRANSFORMER = dict(d_model=D_MODEL, h=4, d_ff=2 * D_MODEL, n_layers=3, dropout=0.0, max_len=32)
 
@@ -120,7 +130,8 @@ def run(name: str, seed: int, tiny: bool = False) -> dict:
     spec = RUNS[name]
     task = PART1["task"] | {"task": spec.get("task", PART1["task"]["task"])}
     lengths = PART1["lengths"]
-    train = PART1["train"] | {"seed": seed, "steps": TINY["steps"] if tiny else spec["steps"]}
+    train = PART1["train"] | {"seed": seed, "steps": TINY["steps"] if tiny else spec["steps"],
+                              "lr": spec.get("lr", PART1["train"]["lr"])}
     model_kw = {"d_model": D_MODEL} | spec["model"]
     deterministic(seed)                                     # the initial weights: as the chapters
     model = build(model_kw, vocab_size(task["n_symbols"]))
@@ -131,7 +142,7 @@ def run(name: str, seed: int, tiny: bool = False) -> dict:
     acc = accuracy_by_length(model, lengths, n_symbols=task["n_symbols"], task=task["task"],
                              n_per_length=n)
     block = min(BLOCK, len(history))
-    out = {"name": name, "seed": seed, "steps": train["steps"], **model_kw,
+    out = {"name": name, "seed": seed, "steps": train["steps"], "lr": train["lr"], **model_kw,
            "params": count_parameters(model), "train_seconds": round(seconds, 2),
            "ms_per_step": round(1000 * seconds / train["steps"], 2),
            "final_loss": sum(history[-50:]) / len(history[-50:]),

@@ -18,9 +18,11 @@ the machine is), then score them.
   model does: validation BLEU, how much the decoder leans on the source (the validation loss
   when each source is replaced by another sentence's), and how often its outputs run past
   twice the reference length. Writes ``sweep.json``.
-* **board**: every model at its chosen peak learning rate, 3 seeds, the full preset, with
-  snapshots of the weights at earlier steps: test BLEU (beam search, sacreBLEU) at every
-  snapshot gives BLEU against training budget. Writes ``board.json``.
+* **board**: every model at its chosen peak learning rate, 3 seeds, the full preset (or
+  ``--max-steps``), with snapshots of the weights at earlier steps: test BLEU (sacreBLEU, beam
+  search and greedy) at every snapshot gives BLEU against training budget, and sacreBLEU's paired
+  bootstrap compares every two models of the call, seed with seed, at every snapshot. Writes
+  ``board.json`` (or ``NAME.json`` with ``--name``).
 * **base**: the candidates for the ``cpu-base`` preset (BASE_CANDIDATES: a model size, batch,
   schedule and dropout each), one long run each with snapshots; every snapshot's validation
   loss and test BLEU against training minutes; checkpoint averaging of the last k snapshots,
@@ -64,6 +66,7 @@ SWEEP_LRS = {
     "gru-additive": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
     "gru-dot": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
     "conv": (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
+    "gru-additive-wide": (2e-3, 4e-3, 8e-3, 1.6e-2),
 }
 # BLEU against budget: sweeps.SNAPSHOTS and the preset's last step,
 BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only", "conv")  # these (decoding costs)
@@ -79,23 +82,27 @@ def sweep_jobs(preset_name: str, models, max_steps: int, out: Path) -> list:
     return jobs
 
 
-def board_jobs(preset_name: str, models, seeds, out: Path, reuse: Path | None = None) -> list:
-    """Every model at its preset's peak learning rate, for each seed. With ``reuse`` (the sweep's
-    folder), a run whose first steps the sweep already trained (same model, rate and seed)
-    starts from the sweep's checkpoint: the schedule does not depend on the total number of
-    steps, so continuing it is the same as training from scratch (tests/test_train.py)."""
+def board_jobs(preset_name: str, models, seeds, out: Path, reuse: Path | None = None,
+               max_steps: int | None = None) -> list:
+    """Every model at its preset's peak learning rate, for each seed, trained for the preset's
+    steps (or ``max_steps``). With ``reuse`` (the sweep's folder, or a board's), a run whose
+    first steps were already trained there (same model, rate and seed, fewer steps) starts
+    from that checkpoint: the schedule does not depend on the total number of steps, so
+    continuing it is the same as training from scratch (tests/test_train.py)."""
     jobs = []
     for m in models:
         for seed in seeds:
             cfg = preset(preset_name, m)
-            cfg = replace(cfg, seed=seed,
-                          snapshot_steps=tuple(s for s in SNAPSHOTS if s < cfg.max_steps))
+            cfg = replace(cfg, seed=seed, max_steps=max_steps or cfg.max_steps)
+            cfg = replace(cfg, snapshot_steps=tuple(s for s in SNAPSHOTS if s < cfg.max_steps))
             folder = out / run_name(cfg)
             for steps in sorted({s for s in SNAPSHOTS if s < cfg.max_steps}, reverse=True):
                 done = reuse and reuse / run_name(replace(cfg, max_steps=steps))
                 if done and (done / "checkpoint.pt").is_file() and not folder.exists():
                     shutil.copytree(done, folder)
                     (folder / "metrics.json").unlink(missing_ok=True)
+                    for cached in folder.glob("score_*.json"):      # the shorter run's scores
+                        cached.unlink()
                     ckpt = load_checkpoint(folder / "checkpoint.pt")   # its last step: a snapshot
                     (folder / "snapshots").mkdir(exist_ok=True)
                     save_checkpoint(folder / "snapshots" / f"step_{steps}.pt", model=ckpt["model"],
@@ -173,14 +180,27 @@ def flops_per_token(model, b) -> float:
 
 
 def _score_board_run(job) -> dict:
+    """One board run's scores: test BLEU with beam search (``bleu_at_step``) and greedy search
+    (``greedy_bleu_at_step``) at each snapshot and the last step, the training seconds each
+    snapshot had cost (``train_s_at_step``), and the last step's details. The translations
+    (``hypotheses_at_step``) are kept for the paired bootstrap and dropped from the results."""
     folder, _, tok, cfg, test, device = open_run(job, "test_2016_flickr")
     sources, refs = [s for s, _ in test], [t for _, t in test]
-    row = {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "bleu_at_step": {}}
+    row = {"model": cfg.model, "peak_lr": cfg.peak_lr, "seed": cfg.seed, "steps": cfg.max_steps,
+           "bleu_at_step": {}, "greedy_bleu_at_step": {}, "train_s_at_step": {},
+           "hypotheses_at_step": {}}
     steps = cfg.snapshot_steps if cfg.model in BUDGET_MODELS else ()
     for step in (*steps, cfg.max_steps):
         model, _, _ = load_weights(folder, step, device)
         hyps = translate(model, tok, sources, beam_size=cfg.beam_size, alpha=cfg.length_alpha)
+        greedy = translate(model, tok, sources, beam_size=1)
         row["bleu_at_step"][str(step)] = bleu(hyps, refs)["bleu"]
+        row["greedy_bleu_at_step"][str(step)] = bleu(greedy, refs)["bleu"]
+        row["hypotheses_at_step"][str(step)] = {"beam": hyps, "greedy": greedy}
+        if step != cfg.max_steps:
+            snap = torch.load(folder / "snapshots" / f"step_{step}.pt", map_location="cpu",
+                              weights_only=True)
+            row["train_s_at_step"][str(step)] = round(float(snap["elapsed"]), 1)
     result = bleu(hyps, refs)
     metrics = json.loads((folder / "metrics.json").read_text())
     b = make_batch(tok.encode_batch(sources[:64]), tok.encode_batch(refs[:64])).to(device)
@@ -189,7 +209,42 @@ def _score_board_run(job) -> dict:
                 "train_time_s": metrics["train_time_s"], "tokens_per_s": metrics["tokens_per_s"],
                 "val_loss": round(metrics["val_loss"], 4), "bleu_by_length": bleu_by_length(hyps, test),
                 **output_stats(hyps, refs), "hypotheses": hyps})
+    row["train_s_at_step"][str(cfg.max_steps)] = metrics["train_time_s"]
     return row
+
+
+_score_board_run.version = 2      # greedy as well as beam search; the translations kept
+
+
+def paired_bootstrap(runs: list[dict], refs: list[str], models, n_samples: int = 1000) -> list[dict]:
+    """sacreBLEU's paired bootstrap resampling (Koehn, 2004) for every two models of ``runs``
+    (in the order of ``models``: the first is the baseline), seed with seed, at every step both
+    were scored, for beam search and greedy: each one's BLEU with its 95% confidence interval
+    (half-width) and the p-value of the difference (sacreBLEU's: the share of 1,000 resampled test
+    sets on which the difference is at least as far from its mean as the real one, plus one)."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+    by = {(r["model"], r["seed"]): r for r in runs}
+    rows = []
+    for i, a in enumerate(models):
+        for b in models[i + 1:]:
+            for seed in sorted({r["seed"] for r in runs}):
+                ra, rb = by.get((a, seed)), by.get((b, seed))
+                if ra is None or rb is None:
+                    continue
+                for step in [s for s in ra["hypotheses_at_step"] if s in rb["hypotheses_at_step"]]:
+                    for decoding in ("beam", "greedy"):
+                        test = PairedTest([(a, ra["hypotheses_at_step"][step][decoding]),
+                                           (b, rb["hypotheses_at_step"][step][decoding])],
+                                          {"BLEU": BLEU()}, [refs], test_type="bs",
+                                          n_samples=n_samples)
+                        _, res = test()
+                        sa, sb = res["BLEU"]
+                        rows.append({"a": a, "b": b, "seed": seed, "step": step,
+                                     "decoding": decoding, "bleu_a": round(sa.score, 2),
+                                     "bleu_b": round(sb.score, 2), "ci_a": round(sa.ci, 2),
+                                     "ci_b": round(sb.ci, 2), "p_value": round(sb.p_value, 4)})
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,7 +336,8 @@ def parser() -> Parser:
     p.add_argument("--results", type=Path, help="folder for sweep.json / board.json")
     p.add_argument("--models", nargs="+", choices=ALL_MODELS, default=list(MODELS))
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    p.add_argument("--max-steps", type=int, help="sweep: steps per run (default 600); base: "
+    p.add_argument("--max-steps", type=int, help="sweep: steps per run (default 600); board: "
+                                                 "steps per run instead of the preset's; base: "
                                                  "steps of each candidate instead of its own "
                                                  "(the tests' tiny run)")
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once (1 on a GPU)")
@@ -290,6 +346,8 @@ def parser() -> Parser:
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--name", default="board", help="board: the result's name (NAME.json and its "
+                   "experiment; board_long for the longer budget)")
     p.add_argument("--merge", action="store_true", help="sweep, board: add these models' runs to "
                    "the existing sweep.json or board.json (each model's choice and summary are "
                    "over its own runs) instead of replacing it")
@@ -340,14 +398,22 @@ def score_board(args, folders: list) -> dict:
     examples = [{"index": i, "source": test[i][0], "reference": test[i][1],
                  **{r["model"]: r["hypotheses"][i] for r in runs if r["seed"] == args.seeds[0]}}
                 for i in EXAMPLES if i < len(runs[0]["hypotheses"])]
+    bootstrap = paired_bootstrap(runs, [t for _, t in test][:len(runs[0]["hypotheses"])],
+                                 args.models)
     for r in runs:
-        del r["hypotheses"]
-    summary = {}
+        del r["hypotheses"], r["hypotheses_at_step"]
+    summary, greedy = {}, {}
     for m in args.models:
         mine = [r for r in runs if r["model"] == m]
         summary[m] = {step: summarise([r["bleu_at_step"][step] for r in mine])
                       for step in mine[0]["bleu_at_step"]}
-    return {"summary_test_bleu": summary, "example_rule": EXAMPLE_RULE,
+        greedy[m] = {step: summarise([r["greedy_bleu_at_step"][step] for r in mine])
+                     for step in mine[0]["greedy_bleu_at_step"]}
+    return {"summary_test_bleu": summary, "summary_greedy_test_bleu": greedy,
+            "bootstrap_rule": "sacreBLEU's paired bootstrap (1,000 resamples of the test set): "
+                              "every two models of a call, seed with seed, at every step both "
+                              "were scored, beam search and greedy",
+            "bootstrap": bootstrap, "example_rule": EXAMPLE_RULE,
             "examples": examples, "runs": runs}
 
 
@@ -367,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "base":
         jobs = base_jobs(args.out, args.max_steps)
     else:
-        jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse)
+        jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse,
+                          args.max_steps)
     # the call's provenance (attnbook.experiments.store); each run's own threads are the call's threads
     with store.record(store.command_line("attnbook.experiments.translators", argv), threads=args.threads,
                       processes=args.jobs, note=args.note) as call:
@@ -384,15 +451,20 @@ def main(argv: list[str] | None = None) -> int:
     call.hardware["cpu_threads"] = args.threads
     # the runs may have been trained by earlier calls (an interrupted command continues)
     result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in result["runs"]), 1)
-    name = {"sweep": "sweep.json", "board": "board.json", "base": "cpu_base.json"}[args.what]
-    new = store.result({"base": "base"}.get(args.what, args.what), result, call)
+    experiment = {"board": args.name}.get(args.what, args.what)
+    name = {"sweep": "sweep.json", "base": "cpu_base.json"}.get(args.what, f"{args.name}.json")
+    new = store.result(experiment, result, call)
     if args.merge:          # a model's runs added to the file: the choice of each model kept
         old = store.read(args.results / name)
         new = store.merge(old, new, "runs", by=("model", "peak_lr", "seed"),
                           same=("preset", "selection"))
-        for key in ("chosen_peak_lr", "summary_test_bleu"):         # per model: old and new
+        for key in ("chosen_peak_lr", "summary_test_bleu", "summary_greedy_test_bleu"):
             if key in result:
-                new[key] = {**old[key], **result[key]}
+                new[key] = {**old.get(key, {}), **result[key]}
+        if "bootstrap" in result:       # the new call's pairs are its own models'
+            pairs = {(r["a"], r["b"]) for r in result["bootstrap"]}
+            new["bootstrap"] = [r for r in old.get("bootstrap", []) if (r["a"], r["b"]) not in pairs
+                                ] + result["bootstrap"]
         if "examples" in result:                                    # one more model per example
             mine = {e["index"]: e for e in result["examples"]}
             new["examples"] = [{**e, **mine.get(e["index"], {})} for e in old["examples"]]

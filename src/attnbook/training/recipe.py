@@ -27,7 +27,7 @@ import torch
 
 from ..conv import ConvS2S, layers_like
 from ..lm import DecoderOnlyTranslator
-from ..rnn import Seq2Seq
+from ..rnn import Seq2Seq, width_like
 from ..transformer import Transformer, TransformerConfig
 from ..utils import PRECISIONS
 
@@ -78,9 +78,10 @@ class TrainConfig:
 # Chapter 11's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
 # trains with the same harness and is on the same board.
 MODELS = ("gru", "gru-additive", "gru-dot", "transformer", "decoder-only")
-# The convolutional translator (conv.ConvS2S, issue of the paper's third family) trains with the
-# same harness; it joins MODELS, the board's, once its own sweep has chosen its rate.
-ALL_MODELS = MODELS + ("conv",)
+# Two more train with the same harness at cpu-tiny, each added to chapter 10's sweep and board
+# on its own (--only): the convolutional translator (conv.ConvS2S, the paper's third family) and
+# GRU + additive attention as wide as gives the Transformer's parameters outside the embeddings.
+ALL_MODELS = MODELS + ("conv", "gru-additive-wide")
 
 
 PRESETS = {
@@ -204,6 +205,9 @@ def build_model(cfg: TrainConfig) -> torch.nn.Module:
         return Seq2Seq(a.vocab_size, a.d_model, attention=False)
     if cfg.model in ("gru-additive", "gru-dot"):
         return Seq2Seq(a.vocab_size, a.d_model, attention=True, score=cfg.model[4:])
+    if cfg.model == "gru-additive-wide":  # as wide as gives the Transformer's parameters
+        outside = sum(p.numel() for n, p in Transformer(a).named_parameters() if "embed" not in n)
+        return Seq2Seq(a.vocab_size, width_like(outside), attention=True)
     if cfg.model == "conv":  # as many layers as give the Transformer's parameters outside embeddings
         outside = sum(p.numel() for n, p in Transformer(a).named_parameters() if "embed" not in n)
         return ConvS2S(a.vocab_size, a.d_model, layers_like(outside, a.d_model), max_len=a.max_len)

@@ -161,7 +161,7 @@ def plot_bleu_by_length(entries, ax=None, title="BLEU against source length"):
     rows = entries[0]["bleu_by_length"]
     ticks = [f"{r['min_words']}-{r['max_words']}\n(n={r['n']})" if r["max_words"] < 99 else
              f"{r['min_words']}+\n(n={r['n']})" for r in rows]
-    markers = "osD^v"
+    markers = "osD^vPX"
     for k, e in enumerate(entries):
         bleus = [r["bleu"] for r in e["bleu_by_length"]]
         ax.plot(range(len(bleus)), bleus, marker=markers[k % len(markers)],

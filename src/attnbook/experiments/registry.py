@@ -110,7 +110,7 @@ EXPERIMENTS = {e.name: e for e in [
          only=("--models", "{key}", "--merge"), needs="Multi30k; the sweep's runs"),
     _exp("board_long", "experiments.translators", ("cpu/board_long.json",), "chapter 10",
          ("board", "--preset", "cpu-tiny", "--max-steps", "2400", "--models", "transformer",
-          "gru-additive", "conv", "--out", "runs/board", "--reuse", "runs/board", "--name",
+          "gru-additive", "conv", "gru-additive-wide", "--out", "runs/board", "--reuse", "runs/board", "--name",
           "board_long", "--results", "results/cpu"),
          tiny=("board", "--preset", "smoke", "--max-steps", "24", "--models", "transformer",
                "conv", "--seeds", "0", "--sentences", "8", "--name", "board_long",

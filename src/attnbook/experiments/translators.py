@@ -69,7 +69,8 @@ SWEEP_LRS = {
     "gru-additive-wide": (2e-3, 4e-3, 8e-3, 1.6e-2),
 }
 # BLEU against budget: sweeps.SNAPSHOTS and the preset's last step,
-BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only", "conv")  # these (decoding costs)
+BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only", "conv",  # these (decoding costs)
+                 "gru-additive-wide")
 
 
 def sweep_jobs(preset_name: str, models, max_steps: int, out: Path) -> list:

@@ -128,7 +128,7 @@ PRESETS = {
 # steps. The rest of a preset (data, batches, steps, warm-up, decoding) is the same for every model.
 PEAK_LR = {
     "cpu-tiny": {"transformer": 6e-3, "decoder-only": 6e-3, "gru": 1.6e-2, "gru-additive": 8e-3,
-                 "gru-dot": 8e-3, "conv": 8e-3},
+                 "gru-dot": 8e-3, "conv": 8e-3, "gru-additive-wide": 8e-3},
     "cpu-base": {"transformer": 3e-3, "decoder-only": 3e-3, "gru": 8e-3, "gru-additive": 4e-3,
                  "gru-dot": 4e-3},
     "smoke": {m: 3e-3 for m in ALL_MODELS},

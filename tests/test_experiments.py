@@ -306,3 +306,17 @@ def test_ablations_merge_replaces_by_variant_and_refuses_another_setting():
     with pytest.raises(store.ResultError, match="preset differ") as e:
         merge(old, result("third", [], preset="cpu-base"))
     assert "\n" not in str(e.value)
+
+
+def test_the_board_continues_only_finished_runs(tmp_path):
+    """A shorter run still training (a checkpoint, no metrics yet) is not continued: its
+    checkpoint is not yet its last step, so the longer run starts from scratch instead."""
+    from attnbook.experiments.translators import board_jobs, run_name
+    import attnbook.experiments.translators as ex
+    cfg = preset("smoke", "transformer")
+    short = tmp_path / "reuse" / run_name(replace(cfg, seed=0, max_steps=ex.SNAPSHOTS[0]))
+    short.mkdir(parents=True)
+    (short / "checkpoint.pt").write_bytes(b"")                 # mid-way: no metrics.json
+    jobs = board_jobs("smoke", ["transformer"], [0], tmp_path / "out", tmp_path / "reuse",
+                      max_steps=ex.SNAPSHOTS[0] + 10)
+    assert len(jobs) == 1 and not jobs[0][1].exists()          # nothing copied: trained afresh

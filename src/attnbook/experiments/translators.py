@@ -99,7 +99,8 @@ def board_jobs(preset_name: str, models, seeds, out: Path, reuse: Path | None = 
             folder = out / run_name(cfg)
             for steps in sorted({s for s in SNAPSHOTS if s < cfg.max_steps}, reverse=True):
                 done = reuse and reuse / run_name(replace(cfg, max_steps=steps))
-                if done and (done / "checkpoint.pt").is_file() and not folder.exists():
+                finished = done and (done / "metrics.json").is_file()    # not one mid-way
+                if finished and (done / "checkpoint.pt").is_file() and not folder.exists():
                     shutil.copytree(done, folder)
                     (folder / "metrics.json").unlink(missing_ok=True)
                     for cached in folder.glob("score_*.json"):      # the shorter run's scores

@@ -145,7 +145,7 @@ def plot_accuracy_spread(results, ax=None, title="Accuracy against input length,
 MODEL_LABELS = {"gru": "GRU, no attention", "gru-additive": "GRU + additive attention",
                 "gru-dot": "GRU + dot-product attention", "transformer": "Transformer",
                 "decoder-only": "decoder-only Transformer", "conv": "ConvS2S (convolutions)",
-                "gru-additive-wide": "GRU + additive, Transformer's size"}
+                "gru-additive-wide": "GRU + additive, wide"}
 
 
 def plot_bleu_by_length(entries, ax=None, title="BLEU against source length"):

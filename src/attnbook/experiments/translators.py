@@ -427,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "
                 "in the results, which must not name folders of the machine that made them)")
     if args.merge and (args.what not in ("sweep", "board") or not args.results
-                       or not (args.results / f"{args.what}.json").is_file()):
-        p.error("--merge adds runs to an existing sweep.json or board.json: give sweep or board, "
-                "and --results with the folder that holds it")
+                       or not (args.results / f"{ {'board': args.name}.get(args.what, args.what)}.json").is_file()):
+        p.error("--merge adds runs to an existing sweep.json or board.json (NAME.json with --name): "
+                "give sweep or board, and --results with the folder that holds it")
     if args.what == "sweep":
         jobs = sweep_jobs(args.preset, args.models, args.max_steps or 600, args.out)
     elif args.what == "base":

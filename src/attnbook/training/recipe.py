@@ -205,11 +205,10 @@ def build_model(cfg: TrainConfig) -> torch.nn.Module:
         return Seq2Seq(a.vocab_size, a.d_model, attention=False)
     if cfg.model in ("gru-additive", "gru-dot"):
         return Seq2Seq(a.vocab_size, a.d_model, attention=True, score=cfg.model[4:])
-    if cfg.model == "gru-additive-wide":  # as wide as gives the Transformer's parameters
+    if cfg.model in ("gru-additive-wide", "conv"):  # sized like the Transformer outside embeddings
         outside = sum(p.numel() for n, p in Transformer(a).named_parameters() if "embed" not in n)
-        return Seq2Seq(a.vocab_size, width_like(outside), attention=True)
-    if cfg.model == "conv":  # as many layers as give the Transformer's parameters outside embeddings
-        outside = sum(p.numel() for n, p in Transformer(a).named_parameters() if "embed" not in n)
+        if cfg.model == "gru-additive-wide":                      # as wide as gives that count
+            return Seq2Seq(a.vocab_size, width_like(outside), attention=True)
         return ConvS2S(a.vocab_size, a.d_model, layers_like(outside, a.d_model), max_len=a.max_len)
     raise ConfigError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from attnbook.batching import make_batch
-from attnbook.experiments.translators import main, output_stats, repeats, summarise
+from attnbook.experiments.scoring import output_stats, repeats
+from attnbook.experiments.translators import main, summarise
 from attnbook.training.recipe import build_model, differences, override, preset
 from attnbook.training.runs import load_checkpoint
 from attnbook.commands.train import attention_entropy, train
@@ -177,14 +178,15 @@ def test_checkpoint_averaging_is_the_mean_of_the_weights(tmp_path):
 
 @needs_data
 def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, monkeypatch):
+    import attnbook.experiments.scoring as scoring
     import attnbook.experiments.translators as ex
     small = dict(d_model=32, h=2, d_ff=64, n_layers=1, vocab_size=1000, max_tokens=1024,
                  warmup=5, eval_every=5, beam_size=2, peak_lr=3e-3)
     monkeypatch.setattr(ex, "BASE_CANDIDATES", {
         "a": dict(small, max_steps=12, snapshot_steps=(3, 6, 8, 10)),
         "b": dict(small, d_model=16, max_steps=10, snapshot_steps=(5,))})
-    monkeypatch.setattr(ex, "AVERAGE_LAST", 3)
-    monkeypatch.setattr(ex, "AVERAGE_SPAN", 0.5)          # a: steps 6 to 12, the last 3 of them
+    monkeypatch.setattr(scoring, "AVERAGE_LAST", 3)
+    monkeypatch.setattr(scoring, "AVERAGE_SPAN", 0.5)          # a: steps 6 to 12, the last 3 of them
     monkeypatch.chdir(tmp_path)
     args = ["base", "--out", "base", "--results", "results", "--jobs", "1", "--threads", "1",
             "--sentences", "8"]
@@ -207,6 +209,9 @@ def test_base_command_chooses_on_validation_and_scores_every_snapshot(tmp_path, 
     assert res["chosen"] == max(res["runs"], key=lambda r: r["val_bleu"])["candidate"]
     assert res["test_bleu"] == runs[res["chosen"]]["test_bleu"]
     assert res["bleu_signature"].startswith("nrefs:1")
+    # the chosen average decoded greedily too; the translations themselves are not kept
+    assert all(0 <= r["greedy_test_bleu"] <= 100 and "greedy_hypotheses" not in r
+               and "hypotheses" not in r for r in res["runs"])
     assert [e["index"] for e in res["examples"]] == [0]          # 8 sentences: only index 0
     # a second call trains nothing again and reads the cached scores
     assert main(args) == 0

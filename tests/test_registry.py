@@ -139,6 +139,28 @@ def test_tiny_sweep_and_board(tmp_path, monkeypatch):
 
 
 @needs_data
+def test_tiny_evening_then_only_merges(tmp_path, monkeypatch):
+    """evening trains two models at cpu-base (tiny), scores both decoders, bootstraps the pair;
+    --only runs one model again (its finished run and scores are reused) and merges it in,
+    keeping the other model's runs and the pair's bootstrap."""
+    monkeypatch.chdir(tmp_path)
+    made = tiny("evening")["evening.json"]
+    check(made, "evening", "python -m attnbook.experiments.evening")
+    assert [(r["model"], r["seed"]) for r in made["runs"]] == [("transformer", 0), ("gru-additive", 0)]
+    assert all(r["config"]["preset"] == "cpu-base" and r["config"]["max_steps"] == 2
+               and r["threads"] == 2 for r in made["runs"])
+    assert {(b["a"], b["b"], b["decoding"]) for b in made["bootstrap"]} == {
+        ("transformer", "gru-additive", "beam"), ("transformer", "gru-additive", "greedy")}
+    assert all(0 < b["p_value"] <= 1 for b in made["bootstrap"])
+    assert made["summary"]["gru-additive"]["test_bleu"]["n"] == 1
+    assert main(["run", "evening", "--tiny", "--out", "tiny", "--only", "transformer"]) == 0
+    after = store.read(Path("tiny/evening.json"))
+    assert sorted(map(str, after["runs"])) == sorted(map(str, made["runs"]))
+    assert after["calls"][1]["rows"] == ["transformer/0"] and len(after["calls"]) == 2
+    assert after["bootstrap"] == made["bootstrap"] and after["summary"] == made["summary"]
+
+
+@needs_data
 def test_tiny_timing_then_what_measures_its_run(tmp_path, monkeypatch):
     """timing_2threads trains a tiny run (its metrics become the result); head_ablation,
     head_ablation_cpu_tiny and score_scales measure that run, tiny."""

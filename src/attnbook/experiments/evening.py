@@ -1,0 +1,142 @@
+"""The evening scale (chapter 10): the ``cpu-base`` preset, chosen in chapter 9 for at most 30
+minutes of training on 2 CPU cores, trained with several seeds, one run after another with 2
+threads each, so that a run's minutes are what a reader's laptop would take.
+
+    python -m attnbook.experiments.evening --models transformer --out runs/evening --results results/cpu
+
+Each run is scored as the cpu-base candidates are (``scoring.score_base_run``): the test BLEU
+of its snapshots against training minutes; the average of the last k snapshots with the lowest
+validation loss; and that average's validation BLEU and test BLEU, with beam search and greedy.
+Given several models, sacreBLEU's paired bootstrap compares every two of them, seed with seed
+(``scoring.paired_bootstrap``). ``--merge`` adds a call's runs to ``evening.json``; the
+summaries are made again from all its runs.
+
+A run whose folder already holds its metrics is not trained again, so an interrupted command
+continues where it stopped.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from . import store
+from ..cli import Parser, add_common
+from ..data import load_multi30k
+from ..training.recipe import ALL_MODELS, preset
+from .registry import SEEDS
+from .sweeps import score_all, summarise, train_all
+from .scoring import paired_bootstrap, score_base_run
+from ..utils import get_device
+
+PRESET = "cpu-base"
+SELECTION = ("each run: the average of its last k snapshots with the lowest validation loss "
+             "(as the cpu-base candidates); the test set is scored but never chooses")
+
+
+def evening_jobs(models, seeds, out: Path, steps: int | None = None) -> list:
+    """(config, folder) of each model and seed at the cpu-base preset; with ``steps`` (the
+    tests' tiny run), that many steps without snapshots."""
+    jobs = []
+    for m in models:
+        for seed in seeds:
+            cfg = replace(preset(PRESET, m), seed=seed)
+            if steps:
+                cfg = replace(cfg, max_steps=steps, warmup=min(cfg.warmup, steps),
+                              eval_every=steps, snapshot_steps=())
+            jobs.append((cfg, out / f"{m}_seed{seed}"))
+    return jobs
+
+
+def summaries(runs: list[dict]) -> dict:
+    """Each model's mean and spread over its seeds: test BLEU (beam and greedy), validation
+    BLEU and training minutes."""
+    out = {}
+    for m in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == m]
+        out[m] = {"test_bleu": summarise([r["test_bleu"] for r in mine]),
+                  "greedy_test_bleu": summarise([r["greedy_test_bleu"] for r in mine]),
+                  "val_bleu": summarise([r["val_bleu"] for r in mine]),
+                  "train_minutes": summarise([round(r["train_time_s"] / 60, 2) for r in mine])}
+    return out
+
+
+def score(args, jobs: list) -> dict:
+    """evening.json's results: every run's scores, and the paired bootstrap of every two models."""
+    runs = score_all(score_base_run, [folder for _, folder in jobs], 1, args.threads,
+                     args.data_dir, args.sentences, str(get_device(args.device)))
+    for (cfg, _), r in zip(jobs, runs):
+        r.update(model=cfg.model, seed=cfg.seed, peak_lr=cfg.peak_lr)
+        last = str(cfg.max_steps)
+        r["hypotheses_at_step"] = {last: {"beam": r.pop("hypotheses"),
+                                          "greedy": r.pop("greedy_hypotheses")}}
+    test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+    refs = [t for _, t in test][:len(next(iter(runs[0]["hypotheses_at_step"].values()))["beam"])]
+    bootstrap = paired_bootstrap(runs, refs, list(dict.fromkeys(args.models)))
+    for r in runs:
+        del r["hypotheses_at_step"]
+    return {"preset": PRESET, "selection": SELECTION,
+            "bootstrap_rule": "sacreBLEU's paired bootstrap (1,000 resamples of the test set): "
+                              "every two models of a call, seed with seed, beam search and greedy",
+            "bootstrap": bootstrap, "runs": runs}
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m attnbook.experiments.evening",
+               description="The cpu-base preset with several seeds (and other models at it), "
+                           "one run at a time: chapter 10's evening scale.")
+    p.add_argument("--models", nargs="+", choices=ALL_MODELS, default=["transformer"])
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
+    p.add_argument("--results", type=Path, help="folder for evening.json")
+    p.add_argument("--threads", type=int, default=2, help="PyTorch threads (default 2: the "
+                                                          "preset's budget is for 2 cores)")
+    p.add_argument("--max-steps", type=int, help="the tests' tiny run: this many steps")
+    p.add_argument("--sentences", type=int, default=0,
+                   help="score only the first N sentences of each set (0 = all; the tests)")
+    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--merge", action="store_true", help="add these runs to --results' evening.json")
+    add_common(p, "device", "data-dir")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
+    args = p.parse_args(argv)
+    if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
+        p.error("give --out and --results relative to the repository (they are recorded in the "
+                "results, which must not name folders of the machine that made them)")
+    target = args.results / "evening.json" if args.results else None
+    if args.merge and not (target and target.is_file()):
+        p.error("--merge adds runs to an existing evening.json: give --results with its folder")
+    jobs = evening_jobs(args.models, args.seeds, args.out, args.max_steps)
+    with store.record(store.command_line("attnbook.experiments.evening", argv),
+                      threads=args.threads, note=args.note) as call:
+        start = time.perf_counter()
+        train_all(jobs, 1, args.threads, args.data_dir, args.device)
+        call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
+        print(f"trained {len(jobs)} runs in {call.extra['this_call_train_wall_time_s']:.0f} s")
+        if not target:
+            return 0
+        start = time.perf_counter()
+        result = score(args, jobs)
+        call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
+    call.hardware["cpu_threads"] = args.threads
+    new = store.result("evening", result, call)
+    if args.merge:
+        old = store.read(target)
+        new = store.merge(old, new, "runs", by=("model", "seed"), same=("preset", "selection"))
+        pairs = {(r["a"], r["b"]) for r in result["bootstrap"]}   # the call's pairs are its own
+        new["bootstrap"] = [r for r in old.get("bootstrap", []) if (r["a"], r["b"]) not in pairs
+                            ] + result["bootstrap"]
+    new["summary"] = summaries(new["runs"])
+    new["train_time_s_sum"] = round(sum(r["train_time_s"] for r in new["runs"]), 1)
+    store.write(target, new)
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -135,7 +135,7 @@ def test_tiny_sweep_and_board(tmp_path, monkeypatch):
     assert all("conv" in e and "transformer" in e for e in after["examples"])
     made = tiny("base")["cpu_base.json"]
     check(made, "base", "python -m attnbook.experiments.translators base")
-    assert {r["config"]["max_steps"] for r in made["runs"]} == {2}
+    assert {r["config"]["max_steps"] for r in made["runs"]} == {2} and made["preset"] == "cpu-base"
 
 
 @needs_data

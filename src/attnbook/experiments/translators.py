@@ -347,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         start = time.perf_counter()
         score = {"sweep": score_sweep, "base": score_base, "board": score_board}[args.what]
-        result = {"preset": args.preset, **score(args, [folder for _, folder in jobs])}
+        result = {"preset": "cpu-base" if args.what == "base" else args.preset,   # base: its own
+                  **score(args, [folder for _, folder in jobs])}
         call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
     call.hardware["cpu_threads"] = args.threads
     # the runs may have been trained by earlier calls (an interrupted command continues)

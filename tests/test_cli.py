@@ -279,8 +279,9 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 # knows it by (`python -m attnbook NAME`) is its last part.
 COMMANDS = ["__main__", "benchmarks", "book.course", "book.diagrams", "book.explorer", "book.homework",
             "commands.evaluate", "commands.train", "commands.translate", "data",
-            "experiments.ablations", "experiments.beyond_runs", "experiments.exercise_runs",
-            "experiments.gpu_run", "experiments.head_ablation", "experiments.score_scales",
+            "experiments.ablations", "experiments.beyond_runs", "experiments.evening",
+            "experiments.exercise_runs", "experiments.gpu_run", "experiments.head_ablation",
+            "experiments.score_scales",
             "experiments.toy_seeds", "experiments.translators"]
 
 

@@ -117,6 +117,12 @@ def test_conversion_keeps_every_number(relative):
         # NAME --only KEY): every old row and value is still there, in its place; only the sums
         # over all rows are recomputed
         old_data = {k: v for k, v in data.items() if k not in RECOMPUTED}
+        if relative in REMADE:         # rows a later call made again, under the same key
+            rows, by = REMADE[relative]
+            key = lambda r: "/".join(str(r[f]) for f in by)            # noqa: E731 (store's key)
+            remade = {k for c in now["calls"][len(calls):] for k in c["rows"]}
+            made_now = {key(r): r for r in now_data[rows]}
+            old_data[rows] = [made_now[key(r)] if key(r) in remade else r for r in old_data[rows]]
         assert contained(old_data, now_data) and set(data) <= set(now_data)
         assert all(c.get("rows") for c in now["calls"][len(calls):])
     else:
@@ -126,6 +132,10 @@ def test_conversion_keeps_every_number(relative):
 
 
 RECOMPUTED = {"train_time_s_sum"}    # sums over every row, rewritten when rows are merged in
+# Files whose rows a later call made again (store.merge replaces a row of the same key): the data
+# key of the rows and the fields of their key. board.json's seven models were scored again,
+# greedy as well as beam search, and some of their runs trained again (its last call's note).
+REMADE = {"cpu/board.json": ("runs", ("model", "peak_lr", "seed"))}
 
 
 def contained(old, new) -> bool:

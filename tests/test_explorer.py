@@ -276,6 +276,7 @@ def test_the_committed_data_regenerate_from_the_stored_model(name, path):
     """Both explorers regenerate from the repository alone: the stored model, read again by the
     command's code (one thread, on the CPU), gives the committed translations and weights."""
     committed = json.loads(globals()[path].read_text(encoding="utf-8"))
+    torch.set_num_threads(1)                        # as the command runs (keep_threads restores)
     data = json.loads(json.dumps(explorer.explore(None, stored=name)))        # as written
     assert data["meta"]["run"] == committed["meta"]["run"] == f"stored model {name}"
     assert data["sentences"] == committed["sentences"]

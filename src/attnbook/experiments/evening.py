@@ -72,7 +72,7 @@ def score(args, jobs: list) -> dict:
         r["hypotheses_at_step"] = {last: {"beam": r.pop("hypotheses"),
                                           "greedy": r.pop("greedy_hypotheses")}}
     test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
-    refs = [t for _, t in test][:len(next(iter(runs[0]["hypotheses_at_step"].values()))["beam"])]
+    refs = [t for _, t in test][:args.sentences or None]        # the pairs the runs translated
     bootstrap = paired_bootstrap(runs, refs, list(dict.fromkeys(args.models)))
     for r in runs:
         del r["hypotheses_at_step"]

@@ -26,8 +26,8 @@ from ..cli import Parser, add_common
 from ..data import load_multi30k
 from ..training.recipe import ALL_MODELS, preset
 from .registry import SEEDS
-from .sweeps import score_all, summarise, train_all
-from .scoring import paired_bootstrap, score_base_run
+from .sweeps import score_all, summarise, tiny_run, train_all
+from .scoring import merge_bootstrap, paired_bootstrap, score_base_run
 from ..utils import get_device
 
 PRESET = "cpu-base"
@@ -43,8 +43,7 @@ def evening_jobs(models, seeds, out: Path, steps: int | None = None) -> list:
         for seed in seeds:
             cfg = replace(preset(PRESET, m), seed=seed)
             if steps:
-                cfg = replace(cfg, max_steps=steps, warmup=min(cfg.warmup, steps),
-                              eval_every=steps, snapshot_steps=())
+                cfg = tiny_run(cfg, steps)
             jobs.append((cfg, out / f"{m}_seed{seed}"))
     return jobs
 
@@ -128,9 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         old = store.read(target)
         new = store.merge(old, new, "runs", by=("model", "seed"), same=("preset", "selection"))
-        pairs = {(r["a"], r["b"]) for r in result["bootstrap"]}   # the call's pairs are its own
-        new["bootstrap"] = [r for r in old.get("bootstrap", []) if (r["a"], r["b"]) not in pairs
-                            ] + result["bootstrap"]
+        new["bootstrap"] = merge_bootstrap(old.get("bootstrap", []), result["bootstrap"])
     new["summary"] = summaries(new["runs"])
     new["train_time_s_sum"] = round(sum(r["train_time_s"] for r in new["runs"]), 1)
     store.write(target, new)

@@ -5,7 +5,7 @@ uses (``translators``' sweep, board and cpu-base search; ``evening``).
 * :func:`score_base_run`: a long run's BLEU against training minutes, and checkpoint averaging
   chosen on the validation set (the ``cpu-base`` recipe's scoring).
 * :func:`paired_bootstrap`: sacreBLEU's paired bootstrap for every two models of a set of runs,
-  seed with seed.
+  seed with seed; :func:`merge_bootstrap`, its rows after a merging call.
 """
 from __future__ import annotations
 
@@ -126,3 +126,10 @@ def paired_bootstrap(runs: list[dict], refs: list[str], models, n_samples: int =
                                      "bleu_b": round(sb.score, 2), "ci_a": round(sa.ci, 2),
                                      "ci_b": round(sb.ci, 2), "p_value": round(sb.p_value, 4)})
     return rows
+
+
+def merge_bootstrap(old: list[dict], new: list[dict]) -> list[dict]:
+    """A result file's bootstrap rows after a merging call: the call's pairs of models are its
+    own (its rows replace the old rows of the same two models), every other pair is kept."""
+    pairs = {(r["a"], r["b"]) for r in new}
+    return [r for r in old if (r["a"], r["b"]) not in pairs] + new

@@ -6,13 +6,13 @@ ablations (``ablations``, ``head_ablation``) share.
   checkpoint resumes (so an interrupted command continues).
 * :func:`score_all` scores run folders the same way with a scoring function, caching each row in
   the folder (``score_<kind>.json``); :func:`open_run` is how a scoring function opens its run.
-* :func:`summarise` (mean and spread over seeds).
+* :func:`summarise` (mean and spread over seeds); :func:`tiny_run` (a preset cut short for the tests).
 """
 from __future__ import annotations
 
 import json
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -30,6 +30,12 @@ SNAPSHOTS = (150, 300, 600, 1200)   # snapshots of the weights at these steps: B
 def run_name(cfg) -> str:
     """A run's folder name: model, peak rate, seed and steps."""
     return f"{cfg.model}_lr{cfg.peak_lr:g}_seed{cfg.seed}_steps{cfg.max_steps}"
+
+
+def tiny_run(cfg, steps: int):
+    """``cfg`` cut to ``steps`` steps, without snapshots (the tests' tiny run of a long preset)."""
+    return replace(cfg, max_steps=steps, warmup=min(cfg.warmup, steps), eval_every=steps,
+                   snapshot_steps=())
 
 
 def _train_one(job):

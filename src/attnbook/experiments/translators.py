@@ -52,9 +52,9 @@ from ..decoding import translate
 from ..training.recipe import ALL_MODELS, MODELS, forward_logits, override, preset
 from ..training.runs import load_checkpoint, save_checkpoint
 from .registry import SEEDS
-from .scoring import output_stats, paired_bootstrap, score_base_run
+from .scoring import merge_bootstrap, output_stats, paired_bootstrap, score_base_run
 from .sweeps import (SNAPSHOTS, load_weights, open_run, run_name,  # noqa: F401
-                     score_all, summarise, train_all)
+                     score_all, summarise, tiny_run, train_all)
 from ..utils import get_device
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each
@@ -217,8 +217,7 @@ def base_jobs(out: Path, steps: int | None = None) -> list:
     for name, overrides in BASE_CANDIDATES.items():
         cfg = override(preset("cpu-base"), **overrides)
         if steps:
-            cfg = replace(cfg, max_steps=steps, warmup=min(cfg.warmup, steps), eval_every=steps,
-                          snapshot_steps=())
+            cfg = tiny_run(cfg, steps)
         jobs.append((cfg, out / name))
     return jobs
 
@@ -363,10 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("chosen_peak_lr", "summary_test_bleu", "summary_greedy_test_bleu"):
             if key in result:
                 new[key] = {**old.get(key, {}), **result[key]}
-        if "bootstrap" in result:       # the new call's pairs are its own models'
-            pairs = {(r["a"], r["b"]) for r in result["bootstrap"]}
-            new["bootstrap"] = [r for r in old.get("bootstrap", []) if (r["a"], r["b"]) not in pairs
-                                ] + result["bootstrap"]
+        if "bootstrap" in result:
+            new["bootstrap"] = merge_bootstrap(old.get("bootstrap", []), result["bootstrap"])
         if "examples" in result:                                    # one more model per example
             mine = {e["index"]: e for e in result["examples"]}
             new["examples"] = [{**e, **mine.get(e["index"], {})} for e in old["examples"]]

@@ -6,7 +6,10 @@
     python -m attnbook.experiments.gpu_run --collect OUT        # afterwards: the call's files into results/
 
 ``--plan eager`` runs check, train and score only, with five of the candidates for 150 s each
-(about four minutes).
+(about four minutes). ``--plan seeds`` races three seeds of each family's choice at gpu-base
+(the Transformer, decoder-only and GRU + additive, nine runs at once for 180 s), scores every
+run with beam search and greedily, and runs sacreBLEU's paired bootstrap between the families,
+seed with seed (about six minutes).
 
 A lent GPU machine has no network, no package index and no copy of this repository's data, and
 it is lent for minutes; so the call is prepared here, tried here at tiny sizes (``--dry-run``),
@@ -35,8 +38,9 @@ deadline, ``Plan.minutes``, shortens the limits of the last parts when the first
   curves, the scores, and one provenance record) and ``gpu_run.png`` (the curves).
 
 OUT receives at most 8 files (what a lent machine returns): gpu_run.json, gpu_run.png,
-gpu_run.log and <device>/{attention,decoding,recurrence,training}.json. ``--collect`` copies
-them into results/gpu/ and results/bench/cuda/ and draws the benchmark figures.
+gpu_run.log and <device>/{attention,decoding,recurrence,training}.json (``--plan seeds``:
+gpu_run_hypotheses.json too, every translation, which stays out of results/). ``--collect``
+copies them into results/gpu/ and results/bench/cuda/ and draws the benchmark figures.
 """
 from __future__ import annotations
 
@@ -49,13 +53,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 from matplotlib.figure import Figure
 
 from . import store
+from .scoring import paired_bootstrap
 from ..benchmarks.suite import save_plot
 from ..bleu import bleu
 from ..cli import Parser, fail
@@ -96,6 +101,13 @@ DRY_CANDIDATES = {
     "pre-ln": ("transformer", {"norm_first": True}),
     "gru-additive-3e-3": ("gru-additive", {"peak_lr": 3e-3}),
 }
+# The seeds race: each family's choice from the races above (the Transformer's and the GRU's;
+# decoder-only takes the Transformer's), three seeds each.
+SEED_FAMILIES = {"transformer": {"warmup": 400}, "decoder-only": {"warmup": 400},
+                 "gru-additive": {"warmup": 400, "peak_lr": 1e-3}}
+SEEDS_CANDIDATES = {f"{m}-seed{s}": (m, {**c, "seed": s})
+                    for m, c in SEED_FAMILIES.items() for s in range(3)}
+DRY_SEEDS_CANDIDATES = {f"{m}-seed{s}": (m, {"seed": s}) for m in SEED_FAMILIES for s in range(2)}
 # the must-show measurements first: the deadline shortens the last parts when earlier ones ran long
 BENCH_PARTS = ("bench-recurrence", "bench-training", "bench-attention", "bench-decoding")
 PARTS = ("check", "train", "score", *BENCH_PARTS)
@@ -104,7 +116,7 @@ PARTS = ("check", "train", "score", *BENCH_PARTS)
 @dataclass(frozen=True)
 class Plan:
     """What one call does and how long each part may take (seconds)."""
-    name: str                   # "full" (a GPU) or "dry" (the CPU, tiny)
+    name: str                   # "full", "eager", "seeds" (a GPU); "dry", "dry-seeds" (the CPU, tiny)
     device: str
     preset: str                 # the candidates' base preset
     candidates: dict
@@ -117,6 +129,11 @@ class Plan:
     limits: dict = field(default_factory=dict)
     compile: bool = True        # torch.compile the Transformers (on a GPU)
     parts: tuple = PARTS        # the parts this plan runs
+    score_all: bool = False     # score every run with beam and greedy, bootstrap between models
+
+    @property
+    def dry(self) -> bool:
+        return self.name.startswith("dry")
 
     def runs(self, model: str | None = None) -> list[str]:
         return [n for n, (m, _) in self.candidates.items() if model in (None, m)]
@@ -141,7 +158,15 @@ EAGER = Plan("eager", "cuda", "gpu-base",
              train_seconds=150, eval_every=50, threads=1, test_sentences=0, beam=4, minutes=4.6,
              limits={"check": 20, "train": 185, "score": 55}, compile=False,
              parts=("check", "train", "score"))
-PLANS = {"full": FULL, "eager": EAGER, "dry": DRY}
+# Three seeds of each family (results/gpu/gpu_run_seeds.json): nine runs at once for 180 s, as
+# crowded as the full call's race; every run scored; about six minutes.
+SEEDS = Plan("seeds", "cuda", "gpu-base", SEEDS_CANDIDATES, train_seconds=180, eval_every=50,
+             threads=1, test_sentences=0, beam=4, minutes=7,
+             limits={"check": 30, "train": 240, "score": 150}, compile=False,
+             parts=("check", "train", "score"), score_all=True)
+DRY_SEEDS = replace(DRY, name="dry-seeds", candidates=DRY_SEEDS_CANDIDATES,
+                    parts=("check", "train", "score"), score_all=True)
+PLANS = {"full": FULL, "eager": EAGER, "seeds": SEEDS, "dry": DRY, "dry-seeds": DRY_SEEDS}
 
 
 def candidate_config(plan: Plan, name: str):
@@ -205,13 +230,19 @@ def child_candidate(plan: Plan, work: Path, name: str) -> int:
 
 def child_score(plan: Plan, work: Path) -> int:
     """BLEU on test_2016_flickr: each family's best by validation loss, with beam search and
-    greedily, then the others greedily; score.json grows after every decoding."""
+    greedily, then the others greedily (``plan.score_all``: every run both ways, then the paired
+    bootstrap between the families, seed with seed); score.json grows after every decoding."""
     runs = collect_candidates(plan, work)
     best = best_runs(plan, runs)
     pairs = load_multi30k("test_2016_flickr")
     pairs = pairs[:plan.test_sentences] if plan.test_sentences else pairs
-    order = [(n, plan.beam) for n in best.values()] + [(n, 1) for n in best.values()]
-    order += [(n, 1) for n in plan.candidates if n not in best.values() and runs[n]["val_loss"]]
+    if plan.score_all:
+        order = [(n, b) for n in plan.candidates if runs[n]["val_loss"] for b in (plan.beam, 1)]
+    else:
+        order = [(n, plan.beam) for n in best.values()] + [(n, 1) for n in best.values()]
+        order += [(n, 1) for n in plan.candidates
+                  if n not in best.values() and runs[n]["val_loss"]]
+    hyps_by_run = {}
     scores = {"test_set": f"test_2016_flickr ({len(pairs)} of 1000 sentences)", "best": best,
               "runs": {}}
     device = get_device(plan.device)
@@ -223,9 +254,24 @@ def child_score(plan: Plan, work: Path) -> int:
         key = "greedy" if beam == 1 else f"beam {beam}, alpha 0.6"
         scores["runs"].setdefault(name, {})[key] = {
             **result, "seconds": round(time.perf_counter() - start, 1), "examples": hyps[:3]}
+        hyps_by_run.setdefault(name, {})["greedy" if beam == 1 else "beam"] = hyps
         _write(work / "score.json", scores)
         print(f"{name} {key}: BLEU {result['bleu']}", flush=True)
+    if plan.score_all:
+        _write(work / "hypotheses.json", hyps_by_run)
+        scores["bootstrap"] = bootstrap_families(plan, hyps_by_run, [t for _, t in pairs])
+        _write(work / "score.json", scores)
     return 0
+
+
+def bootstrap_families(plan: Plan, hyps_by_run: dict, refs: list[str]) -> list[dict]:
+    """sacreBLEU's paired bootstrap (``scoring.paired_bootstrap``) between every two families of
+    the plan, seed with seed, for the runs decoded both ways (step "end": each run's last)."""
+    runs = [{"model": model, "seed": changes["seed"],
+             "hypotheses_at_step": {"end": hyps_by_run[name]}}
+            for name, (model, changes) in plan.candidates.items()
+            if set(hyps_by_run.get(name, {})) == {"beam", "greedy"}]
+    return paired_bootstrap(runs, refs, list(dict.fromkeys(m for m, _ in plan.candidates.values())))
 
 
 CHILDREN = {"_check": child_check, "_candidate": child_candidate, "_score": child_score}
@@ -328,9 +374,9 @@ def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
     section = part.removeprefix("bench-")          # run in OUT, so that --out is relative
     return [[sys.executable, "-m", "attnbook.benchmarks", "--only", section, "--device",
              plan.device, "--out", plan.device, "--short", "--no-plots",
-             "--threads", str(plan.threads if plan.name == "dry" else 4),
+             "--threads", str(plan.threads if plan.dry else 4),
              "--note", "the GPU call (python -m attnbook.experiments.gpu_run)"]
-            + (["--quick"] if plan.name == "dry" else [])]
+            + (["--quick"] if plan.dry else [])]
 
 
 def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None) -> dict:
@@ -338,8 +384,9 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     then the summary. Returns it."""
     out.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(parents=True, exist_ok=True)
-    own = "python -m attnbook.experiments.gpu_run" + {"dry": " --dry-run", "eager": " --plan eager"}.get(
-        plan.name, "") + " --out OUT"
+    plan_name = plan.name.removeprefix("dry").removeprefix("-") or "full"
+    own = ("python -m attnbook.experiments.gpu_run" + (" --dry-run" if plan.dry else "")
+           + (f" --plan {plan_name}" if plan_name != "full" else "") + " --out OUT")
     with store.record(own, threads=plan.threads, processes=len(plan.candidates)) as call:
         parts = run_parts(plan, out, work, data_dir, only)
     call.git_commit = git_commit() or call.git_commit
@@ -411,11 +458,13 @@ def summarise(plan: Plan, out: Path, work: Path, parts: dict, call: store.Proven
     call.extra.update(gpu=check.get("gpu"),
                       processes_at_once={"train": len(plan.candidates), "other parts": 1})
     summary = store.result(result_stem(plan.name), {
-        "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.name == "dry",
+        "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.dry,
         "plan": {k: v for k, v in asdict(plan).items() if k != "candidates"},
         "parts": parts, "check": {k: v for k, v in check.items() if k != "versions"},
         "candidates": runs, "best": best_runs(plan, runs), "scores": scores}, call)
     _write(out / "gpu_run.json", summary)
+    if (work / "hypotheses.json").is_file():      # every translation, to test other claims later
+        shutil.copy2(work / "hypotheses.json", out / "gpu_run_hypotheses.json")
     if any(r["curve"] for r in runs.values()):
         plot_candidates(summary, out / "gpu_run.png")
     return summary
@@ -519,9 +568,11 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--collect", type=Path, metavar="OUT",
                       help="copy a call's files into results/ and draw the benchmark figures")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: seconds")
-    p.add_argument("--plan", choices=("full", "eager"), default="full",
+    p.add_argument("--plan", choices=("full", "eager", "seeds"), default="full",
                    help="full (default): every part, nine minutes; eager: the training race "
-                        "again without torch.compile, five candidates, about four minutes")
+                        "again without torch.compile, five candidates, about four minutes; "
+                        "seeds: three seeds of each family, every run scored, the paired "
+                        "bootstrap, about six minutes (with --dry-run: its tiny version)")
     p.add_argument("--only", action="append", choices=PARTS, help="run only this part "
                    "(repeatable; the parts after check read what earlier calls left in --work)")
     p.add_argument("--work", type=Path, help="folder for runs and caches (default: a new "
@@ -547,7 +598,8 @@ def _main(args) -> int:
         for f in collect(args.collect, args.results, allow_dry=args.results != ROOT / "results"):
             print(f"wrote {f}")
         return 0
-    plan = DRY if args.dry_run else PLANS[args.plan]
+    plan = PLANS[{"full": "dry", "seeds": "dry-seeds"}.get(args.plan, "dry")] if args.dry_run \
+        else PLANS[args.plan]
     data_dir = args.data_dir or (DATA_COPY / "multi30k" if (DATA_COPY / "multi30k").is_dir()
                                  else None)
     work = args.work or Path(tempfile.mkdtemp(prefix="attnbook-gpu-run-"))

@@ -172,6 +172,11 @@ EXPERIMENTS = {e.name: e for e in [
          ("--plan", "eager", "--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then bash tools/gpu_run.sh --plan eager, then "
                "--collect"),
+    _exp("gpu_run_seeds", "experiments.gpu_run", ("gpu/gpu_run_seeds.json",), "chapter 10",
+         ("--plan", "seeds", "--out", "OUT"), seeds_flag="",
+         tiny=("--dry-run", "--plan", "seeds", "--out", "{out}"),
+         needs="a GPU machine: make gpu-data, then bash tools/gpu_run.sh --plan seeds, then "
+               "--collect"),
 ]}
 
 

@@ -253,3 +253,63 @@ def test_the_eager_plan_is_the_full_race_without_compiling_and_fits_its_deadline
     assert eager.limits["train"] > eager.train_seconds
     assert sum(eager.limits[p] for p in eager.parts) + 15 <= 60 * eager.minutes
     assert gpu_run.result_stem("full") == "gpu_run" and gpu_run.result_stem("eager") == "gpu_run_eager"
+
+
+# --- the seeds plan ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dry_seeds(tmp_path_factory):
+    """One dry run of the seeds plan (two seeds of each family, tiny, on the CPU)."""
+    tmp = tmp_path_factory.mktemp("gpu-seeds")
+    out, work = tmp / "out", tmp / "work"
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
+    run = subprocess.run(["bash", str(ROOT / "tools" / "gpu_run.sh"), "--dry-run", "--plan",
+                          "seeds", "--work", str(work)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return out, json.loads((out / "gpu_run.json").read_text())
+
+
+def test_the_seeds_plan_scores_every_run_both_ways_and_bootstraps_the_families(dry_seeds):
+    out, summary = dry_seeds
+    plan = gpu_run.DRY_SEEDS
+    assert summary["dry_run"] is True and list(summary["parts"]) == list(plan.parts)
+    assert all(r["status"] == "ok" for r in summary["parts"].values()), summary["parts"]
+    assert summary["calls"][0]["command"] == \
+        "python -m attnbook.experiments.gpu_run --dry-run --plan seeds --out OUT"
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_run.json", "gpu_run.log", "gpu_run.png",
+                                                     "gpu_run_hypotheses.json"]
+    runs = summary["scores"]["runs"]
+    assert set(runs) == set(plan.candidates) == set(summary["candidates"])
+    assert all(set(r) == {"beam 4, alpha 0.6", "greedy"} for r in runs.values())
+    hyps = json.loads((out / "gpu_run_hypotheses.json").read_text())
+    assert all(len(hyps[n]["beam"]) == len(hyps[n]["greedy"]) == 16 for n in runs)
+    assert all(hyps[n]["greedy"][:3] == runs[n]["greedy"]["examples"] for n in runs)
+    # every two families, seed with seed, both decodings; each row's BLEU is its run's score
+    rows = summary["scores"]["bootstrap"]
+    families = list(gpu_run.SEED_FAMILIES)
+    assert {(r["a"], r["b"]) for r in rows} == {(a, b) for i, a in enumerate(families)
+                                                for b in families[i + 1:]}
+    assert len(rows) == 3 * 2 * 2 and {r["seed"] for r in rows} == {0, 1}
+    for r in rows:
+        key = "greedy" if r["decoding"] == "greedy" else "beam 4, alpha 0.6"
+        assert r["bleu_a"] == runs[f"{r['a']}-seed{r['seed']}"][key]["bleu"]
+        assert r["bleu_b"] == runs[f"{r['b']}-seed{r['seed']}"][key]["bleu"]
+        assert 0 < r["p_value"] <= 1 and r["step"] == "end"
+
+
+def test_the_seeds_plan_races_the_chosen_recipes_and_fits_its_deadline():
+    seeds = gpu_run.SEEDS
+    assert seeds.score_all and not seeds.compile and seeds.parts == ("check", "train", "score")
+    assert sum(seeds.limits[p] for p in seeds.parts) + 15 <= 60 * seeds.minutes
+    assert seeds.limits["train"] > seeds.train_seconds
+    eager = gpu_run.candidate_config(gpu_run.EAGER, "warmup-400")
+    gru = gpu_run.candidate_config(gpu_run.EAGER, "gru-additive-1e-3")
+    for name, (model, changes) in seeds.candidates.items():
+        cfg = gpu_run.candidate_config(seeds, name)
+        assert name == f"{model}-seed{cfg.seed}" and cfg.time_budget_s == seeds.train_seconds
+        chosen = gru if model == "gru-additive" else eager   # decoder-only: the Transformer's
+        assert (cfg.peak_lr, cfg.warmup, cfg.max_tokens, cfg.arch) == \
+            (chosen.peak_lr, chosen.warmup, chosen.max_tokens, chosen.arch)
+    assert sorted(c.get("seed") for _, c in seeds.candidates.values()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert gpu_run.result_stem("seeds") == "gpu_run_seeds"

@@ -161,7 +161,7 @@ EAGER = Plan("eager", "cuda", "gpu-base",
 # Three seeds of each family (results/gpu/gpu_run_seeds.json): nine runs at once for 180 s, as
 # crowded as the full call's race; every run scored; about six minutes.
 SEEDS = Plan("seeds", "cuda", "gpu-base", SEEDS_CANDIDATES, train_seconds=180, eval_every=50,
-             threads=1, test_sentences=0, beam=4, minutes=7,
+             threads=1, test_sentences=0, beam=4, minutes=7.5,
              limits={"check": 30, "train": 240, "score": 150}, compile=False,
              parts=("check", "train", "score"), score_all=True)
 DRY_SEEDS = replace(DRY, name="dry-seeds", candidates=DRY_SEEDS_CANDIDATES,

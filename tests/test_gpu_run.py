@@ -214,7 +214,21 @@ def test_the_call_names_the_recorded_commit_while_src_holds_its_code(tmp_path, m
     (tmp_path / "COMMIT").write_text(f"{'c' * 40} {gpu_run.src_digest()}\n")
     assert gpu_run.git_commit() == "c" * 40
     (tmp_path / "COMMIT").write_text(f"{'c' * 40} {'0' * 64}\n")
-    assert gpu_run.git_commit() == "b" * 40
+    assert gpu_run.git_commit() == "b" * 40 and gpu_run.recorded_commit() is None
+
+
+def test_a_recorded_commit_clears_a_stale_gits_uncommitted_changes(tmp_path, monkeypatch):
+    """A lent machine's stale .git sees src/ as changed; with src/ the recorded commit's code
+    the call's record names that commit and no changes. Without the record the flag stays."""
+    monkeypatch.setattr(gpu_run, "DATA_COPY", tmp_path / "copy")
+    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where=None: ("b" * 40, True))
+    plan = replace(gpu_run.DRY, minutes=0.2)                 # every part skipped: seconds
+    call = gpu_run.run_call(plan, tmp_path / "out1", tmp_path / "work1", None)["calls"][0]
+    assert call["git_commit"] == "b" * 40 and call["extra"]["uncommitted_changes"] is True
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "COMMIT").write_text(f"{'c' * 40} {gpu_run.src_digest()}\n")
+    call = gpu_run.run_call(plan, tmp_path / "out2", tmp_path / "work2", None)["calls"][0]
+    assert call["git_commit"] == "c" * 40 and "uncommitted_changes" not in call["extra"]
 
 
 # --- the benchmarks' GPU paths that a CPU can run ----------------------------------------------
@@ -239,7 +253,7 @@ def test_the_readme_table_states_the_plan():
             for line in table.splitlines()[2:]}
     assert rows == {part: f"{limit} s" for part, limit in gpu_run.FULL.limits.items()}
     assert f"each for {gpu_run.FULL.train_seconds:.0f} s of training" in table
-    assert f"at most nine minutes" in readme and gpu_run.FULL.minutes == 9
+    assert "at most nine minutes" in readme and gpu_run.FULL.minutes == 9
 
 
 def test_the_eager_plan_is_the_full_race_without_compiling_and_fits_its_deadline():

@@ -133,6 +133,11 @@ def test_tiny_sweep_and_board(tmp_path, monkeypatch):
         key = "chosen_peak_lr" if name == "sweep" else "summary_test_bleu"
         assert set(after[key]) == {"transformer", "conv"} and after[key]["transformer"] == before[key]["transformer"]
     assert all("conv" in e and "transformer" in e for e in after["examples"])
+    # a sweep at another preset and rates, under its own name
+    made = tiny("sweep_base")["sweep_base.json"]
+    check(made, "sweep_base", "python -m attnbook.experiments.translators sweep")
+    assert sorted(r["peak_lr"] for r in made["runs"]) == [2e-3, 4e-3] and made["preset"] == "smoke"
+    assert set(made["chosen_peak_lr"]) == {"gru-additive"}
     made = tiny("base")["cpu_base.json"]
     check(made, "base", "python -m attnbook.experiments.translators base")
     assert {r["config"]["max_steps"] for r in made["runs"]} == {2} and made["preset"] == "cpu-base"

@@ -390,6 +390,8 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     with store.record(own, threads=plan.threads, processes=len(plan.candidates)) as call:
         parts = run_parts(plan, out, work, data_dir, only)
     call.git_commit = git_commit() or call.git_commit
+    if recorded_commit():      # src/ is that commit's, byte for byte: what a stale .git calls
+        call.extra.pop("uncommitted_changes", None)     # changes are not
     return summarise(plan, out, work, parts, call)
 
 
@@ -435,16 +437,22 @@ def src_digest() -> str:
     return h.hexdigest()
 
 
-def git_commit() -> str | None:
-    """The commit the call runs at: the one ``--prepare-data`` recorded in .gpu_data/COMMIT
-    while src/ still holds the code it recorded (a copy of the repository on a lent machine
-    may carry a stale .git, or none), else git's answer (``store.git_commit``)."""
+def recorded_commit() -> str | None:
+    """The commit ``--prepare-data`` recorded in .gpu_data/COMMIT, while src/ still holds the
+    code it recorded (``src_digest``); else None."""
     path = DATA_COPY / "COMMIT"
     if path.is_file():
         recorded = path.read_text().split()
         if len(recorded) == 2 and recorded[1] == src_digest():
             return recorded[0]
-    return store.git_commit(ROOT)[0] or None
+    return None
+
+
+def git_commit() -> str | None:
+    """The commit the call runs at: the recorded one (``recorded_commit``; a copy of the
+    repository on a lent machine may carry a stale .git, or none), else git's answer
+    (``store.git_commit``)."""
+    return recorded_commit() or store.git_commit(ROOT)[0] or None
 
 
 def summarise(plan: Plan, out: Path, work: Path, parts: dict, call: store.Provenance) -> dict:

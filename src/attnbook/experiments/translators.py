@@ -73,10 +73,11 @@ BUDGET_MODELS = ("gru-additive", "transformer", "decoder-only", "conv",  # these
                  "gru-additive-wide")
 
 
-def sweep_jobs(preset_name: str, models, max_steps: int, out: Path) -> list:
+def sweep_jobs(preset_name: str, models, max_steps: int, out: Path, rates=None) -> list:
+    """Each model at each of its SWEEP_LRS (or ``rates``), seed 0, ``max_steps`` steps."""
     jobs = []
     for m in models:
-        for lr in SWEEP_LRS[m]:
+        for lr in rates or SWEEP_LRS[m]:
             cfg = replace(preset(preset_name, m, peak_lr=lr), max_steps=max_steps, seed=0,
                           snapshot_steps=tuple(s for s in SNAPSHOTS if s < max_steps))
             jobs.append((cfg, out / run_name(cfg)))
@@ -246,8 +247,11 @@ def parser() -> Parser:
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N sentences only (0 = all; the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--name", default="board", help="board: the result's name (NAME.json and its "
-                   "experiment; board_long for the longer budget)")
+    p.add_argument("--peak-lrs", nargs="+", type=float, help="sweep: these peak learning rates "
+                   "instead of each model's SWEEP_LRS (a sweep at another preset)")
+    p.add_argument("--name", help="sweep, board: the result's name (NAME.json and its experiment; "
+                   "default sweep or board; board_long for the longer budget, sweep_base for "
+                   "the cpu-base sweep)")
     p.add_argument("--merge", action="store_true", help="sweep, board: add these models' runs to "
                    "the existing sweep.json or board.json (each model's choice and summary are "
                    "over its own runs) instead of replacing it")
@@ -321,15 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = parser()
     args = p.parse_args(argv)
+    args.name = args.name or {"sweep": "sweep", "base": "cpu_base"}.get(args.what, "board")
+    if args.peak_lrs and args.what != "sweep":
+        p.error("--peak-lrs is for sweep: a board trains each model at its preset's rate")
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
         p.error("give --out, --results and --reuse relative to the repository (they are recorded "
                 "in the results, which must not name folders of the machine that made them)")
     if args.merge and (args.what not in ("sweep", "board") or not args.results
-                       or not (args.results / f"{ {'board': args.name}.get(args.what, args.what)}.json").is_file()):
+                       or not (args.results / f"{args.name}.json").is_file()):
         p.error("--merge adds runs to an existing sweep.json or board.json (NAME.json with --name): "
                 "give sweep or board, and --results with the folder that holds it")
     if args.what == "sweep":
-        jobs = sweep_jobs(args.preset, args.models, args.max_steps or 600, args.out)
+        jobs = sweep_jobs(args.preset, args.models, args.max_steps or 600, args.out, args.peak_lrs)
     elif args.what == "base":
         jobs = base_jobs(args.out, args.max_steps)
     else:
@@ -352,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     call.hardware["cpu_threads"] = args.threads
     # the runs may have been trained by earlier calls (an interrupted command continues)
     result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in result["runs"]), 1)
-    experiment = {"board": args.name}.get(args.what, args.what)
-    name = {"sweep": "sweep.json", "base": "cpu_base.json"}.get(args.what, f"{args.name}.json")
+    experiment = args.what if args.what == "base" else args.name
+    name = f"{args.name}.json"
     new = store.result(experiment, result, call)
     if args.merge:          # a model's runs added to the file: the choice of each model kept
         old = store.read(args.results / name)

@@ -156,13 +156,27 @@ def test_tiny_evening_then_only_merges(tmp_path, monkeypatch):
                and r["threads"] == 2 for r in made["runs"])
     assert {(b["a"], b["b"], b["decoding"]) for b in made["bootstrap"]} == {
         ("transformer", "gru-additive", "beam"), ("transformer", "gru-additive", "greedy")}
-    assert all(0 < b["p_value"] <= 1 for b in made["bootstrap"])
+    assert all(0 < b["p_value"] <= 1 and b["step"] == "end" for b in made["bootstrap"])
     assert made["summary"]["gru-additive"]["test_bleu"]["n"] == 1
     assert main(["run", "evening", "--tiny", "--out", "tiny", "--only", "transformer"]) == 0
     after = store.read(Path("tiny/evening.json"))
     assert sorted(map(str, after["runs"])) == sorted(map(str, made["runs"]))
     assert after["calls"][1]["rows"] == ["transformer/0"] and len(after["calls"]) == 2
     assert after["bootstrap"] == made["bootstrap"] and after["summary"] == made["summary"]
+
+
+def test_evening_gives_the_gru_the_transformers_minutes_not_its_steps():
+    from attnbook.experiments.evening import STEPS, evening_jobs
+    from attnbook.training.recipe import PEAK_LR, preset
+    (t, _), (g, folder) = evening_jobs(["transformer", "gru-additive"], [1], Path("runs/x"))
+    base = preset("cpu-base")
+    assert (t.max_steps, t.snapshot_steps, t.seed) == (base.max_steps, base.snapshot_steps, 1)
+    assert g.max_steps == STEPS["gru-additive"] > base.max_steps and folder == Path("runs/x/gru-additive_seed1")
+    shift = g.max_steps - base.max_steps          # the same snapshots, counted back from the end
+    assert g.snapshot_steps == tuple(s + shift for s in base.snapshot_steps)
+    assert g.peak_lr == PEAK_LR["cpu-base"]["gru-additive"] and g.arch == preset("cpu-base", "gru-additive").arch
+    (tiny_g, _), = evening_jobs(["gru-additive"], [0], Path("runs/x"), steps=2)
+    assert tiny_g.max_steps == 2 and tiny_g.snapshot_steps == ()
 
 
 @needs_data

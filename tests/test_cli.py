@@ -278,6 +278,7 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 # Every module run as `python -m attnbook.X` (dotted under attnbook): the name the dispatcher
 # knows it by (`python -m attnbook NAME`) is its last part.
 COMMANDS = ["__main__", "benchmarks", "book.course", "book.diagrams", "book.explorer", "book.homework",
+            "book.live",
             "commands.evaluate", "commands.train", "commands.translate", "data",
             "experiments.ablations", "experiments.beyond_runs", "experiments.evening",
             "experiments.exercise_runs", "experiments.gpu_run", "experiments.head_ablation",

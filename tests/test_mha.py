@@ -153,3 +153,24 @@ def test_recording_keeps_the_weights_inside_the_block_and_clears_them_after():
         with recording(mods):
             model[0](torch.randn(3, 5, 7))                          # a wrong width
     assert all(not m.record and m.last is None for m in mods.values())
+
+
+def test_scaling_heads_multiplies_each_heads_output_before_w_o():
+    from attnbook.mha import scaling_heads
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    seen = {}
+    hook = mha.W_o.register_forward_pre_hook(lambda _, args: seen.update(heads=args[0]))
+    intact = mha(x)[0]
+    heads = seen["heads"]                                  # (B, T, d_model): 4 heads of 4 side by side
+    scale = torch.tensor([1.0, 0.0, 0.5, 1.0])
+    with scaling_heads(mha, scale):
+        scaled = mha(x)[0]
+    hook.remove()
+    expect = mha.W_o(heads * scale.repeat_interleave(4))
+    assert torch.allclose(scaled, expect, atol=1e-6) and not torch.allclose(scaled, intact)
+    assert torch.equal(mha(x)[0], intact)                  # the hook is gone after the block
+    with pytest.raises(ValueError, match=r"scale must have shape \(4,\)"):
+        with scaling_heads(mha, torch.ones(3)):
+            pass

@@ -137,3 +137,27 @@ def recording(modules):
     finally:
         for m in mods:
             m.record, m.last = False, None
+
+
+@contextlib.contextmanager
+def scaling_heads(mha: MultiHeadAttention, scale: torch.Tensor):
+    """Inside ``with scaling_heads(mha, scale):`` head i's output is multiplied by ``scale[i]``
+    before W_o mixes the heads (scale: (h,) float; 0 switches a head off, 1 keeps it as it is):
+    a forward pre-hook on W_o, removed on leaving the block, even after an error. The head
+    ablations (attnbook.experiments.head_ablation) and the page's exported translator
+    (attnbook.book.live, whose ``scale`` is an input of the graph) switch heads off this way."""
+    if scale.shape != (mha.h,):
+        raise ValueError(f"scale must have shape ({mha.h},), one factor per head; got "
+                         f"{tuple(scale.shape)}")
+
+    def hook(_, args):
+        x = args[0]                               # (B, T, h * d_v): the heads' outputs side by side
+        B, T, _ = x.shape
+        x = (x.view(B, T, mha.h, mha.d_v) * scale.to(x.dtype).view(1, 1, mha.h, 1)).view(B, T, -1)
+        return (x, *args[1:])
+
+    handle = mha.W_o.register_forward_pre_hook(hook)
+    try:
+        yield mha
+    finally:
+        handle.remove()

@@ -47,7 +47,7 @@ from ..bleu import bleu
 from ..cli import Parser, UsageError, add_common, apply_common, fail
 from ..data import DataError, load_multi30k
 from ..decoding import translate
-from ..mha import MultiHeadAttention, recording
+from ..mha import MultiHeadAttention, recording, scaling_heads
 from ..plotting import OKABE_ITO, use_book_style
 from ..training.recipe import forward_logits
 from ..training.runs import RunError, load_run
@@ -62,27 +62,17 @@ STATS = ("entropy", "max_weight", "diagonal", "first_key")
 
 @contextmanager
 def ablate(mha: MultiHeadAttention, heads):
-    """Inside the ``with`` block, heads ``heads`` (numbers 0 .. h-1) of ``mha`` output zeros:
-    a forward pre-hook on W_o zeroes their slices of its input (B, T, d_model). The hook is
-    removed on leaving the block, also after an exception."""
+    """Inside the ``with`` block, heads ``heads`` (numbers 0 .. h-1) of ``mha`` output zeros
+    (``mha.scaling_heads`` with a factor of 0 for each of them), also after an exception."""
     heads = list(heads)
     bad = [i for i in heads if type(i) is not int or not 0 <= i < mha.h]
     if bad:
         raise ValueError(f"no head {bad[0]!r}: this attention has h = {mha.h} heads, numbered "
                          f"0 to {mha.h - 1}")
-    d_v = mha.d_v                                   # each head's output width
-
-    def hook(_, args):
-        x = args[0].clone()                   # (B, T, d_model): the heads' outputs side by side
-        for i in heads:
-            x[..., i * d_v:(i + 1) * d_v] = 0
-        return (x, *args[1:])
-
-    handle = mha.W_o.register_forward_pre_hook(hook)
-    try:
+    scale = torch.ones(mha.h)
+    scale[heads] = 0.0
+    with scaling_heads(mha, scale):
         yield mha
-    finally:
-        handle.remove()
 
 
 def attention_modules(model) -> dict:

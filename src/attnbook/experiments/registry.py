@@ -174,6 +174,10 @@ EXPERIMENTS = {e.name: e for e in [
          ("--out", "OUT"), seeds_flag="", tiny=("--dry-run", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then make gpu-run (tools/gpu_run.sh; its "
                "--dry-run is tested by tests/test_gpu_run.py), then --collect"),
+    _exp("live", "book.live", ("cpu/live.json",), "the translator page",
+         ("score", "--out", "runs/live", "--results", "results/cpu"), seeds_flag="",
+         tiny=("score", "--out", "{out}/work", "--results", "{out}", "--sentences", "8"),
+         needs="Multi30k; a few minutes of one core"),
     _exp("course", "book.course", ("cpu/course.json",), "the teachers' page",
          ("--threads", "1", "--out", "results/cpu/course.json"), seeds_flag="",
          tiny=("--only", "00_setup", "--out", "{out}/course.json")),

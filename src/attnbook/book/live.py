@@ -1,0 +1,304 @@
+"""The book's translator as ONNX graphs, for the page that runs it in the reader's browser
+(book/translator.md): an encoder graph and a decoder graph that return every layer's attention
+weights and take a factor per head, so that the page can switch heads off.
+
+    python -m attnbook.book.live export --out _static/translator          # the stored cpu-base model
+    python -m attnbook.book.live score --out _static/translator --results results/cpu
+
+The graphs (``encoder.onnx``, ``decoder.onnx``; FORMS: fp32, and smaller forms of the same
+weights) have these inputs and outputs, with the book's names (book/notation.md; L layers, h
+heads; a mask is True at real tokens):
+
+* encoder: ``src`` (B, S) int64, ``src_mask`` (B, S) bool, ``enc_heads`` (L, h) float
+  -> ``memory`` (B, S, d_model), ``enc_attention`` (B, L, h, S, S);
+* decoder: ``tgt`` (B, T) int64 (BOS first), ``memory``, ``src_mask``, ``self_heads`` and
+  ``cross_heads`` (L, h) float -> ``logits`` (B, T, V), ``self_attention`` (B, L, h, T, T),
+  ``cross_attention`` (B, L, h, T, S).
+
+A head factor multiplies that head's output before W_o mixes the heads (``mha.scaling_heads``):
+1 keeps it, 0 switches it off. The decoder reads the whole prefix at every step (no key/value
+cache): for a sentence of 20 tokens that costs little, and the graph stays the model's own
+forward pass. :class:`OnnxTranslator` puts the graphs behind the package's decoding
+(``attnbook.decoding.translate``), so Python and the page decode the same graphs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .. import __version__
+from ..bleu import bleu
+from ..cli import Parser, fail
+from ..data import DataError, load_multi30k
+from ..decoding import translate
+from ..mha import recording, scaling_heads
+from ..training.runs import RunError, load_stored
+
+FORMS = ("fp32", "fp16", "int8")   # int8: dynamic quantisation of the matrices (onnxruntime)
+OPSET = 17
+GRAPHS = ("encoder", "decoder")
+
+
+class _Encoder(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src, src_mask, enc_heads):
+        mods = [b.self_attn for b in self.model.encoder]
+        with ExitStack() as stack:
+            for i, m in enumerate(mods):
+                stack.enter_context(scaling_heads(m, enc_heads[i]))
+            with recording(mods):
+                memory = self.model.encode(src, src_mask)                  # (B, S, d_model)
+                weights = torch.stack([m.last[0] for m in mods], dim=1)    # (B, L, h, S, S)
+        return memory, weights
+
+
+class _Decoder(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tgt, memory, src_mask, self_heads, cross_heads):
+        own = [b.self_attn for b in self.model.decoder]
+        cross = [b.cross_attn for b in self.model.decoder]
+        with ExitStack() as stack:
+            for i, (a, c) in enumerate(zip(own, cross)):
+                stack.enter_context(scaling_heads(a, self_heads[i]))
+                stack.enter_context(scaling_heads(c, cross_heads[i]))
+            with recording(own + cross):
+                logits = self.model.decode(tgt, memory, src_mask)          # (B, T, V)
+                w_self = torch.stack([m.last[0] for m in own], dim=1)      # (B, L, h, T, T)
+                w_cross = torch.stack([m.last[0] for m in cross], dim=1)   # (B, L, h, T, S)
+        return logits, w_self, w_cross
+
+
+def export_fp32(model, folder: Path) -> None:
+    """encoder.onnx and decoder.onnx of ``model`` (an encoder-decoder Transformer) in ``folder``,
+    with dynamic batch and lengths (traced on a short example)."""
+    import warnings
+    model = model.eval()
+    L, h = len(model.encoder), model.cfg.h
+    src, tgt = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[2, 9, 10]])
+    mask, heads = src != 0, torch.ones(L, h)
+    folder.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")      # the tracer's notes on the shape checks it freezes
+        memory = model.encode(src, mask)
+        torch.onnx.export(_Encoder(model).eval(), (src, mask, heads), folder / "encoder.onnx",
+                          input_names=["src", "src_mask", "enc_heads"],
+                          output_names=["memory", "enc_attention"], opset_version=OPSET,
+                          dynamic_axes={"src": {0: "B", 1: "S"}, "src_mask": {0: "B", 1: "S"},
+                                        "memory": {0: "B", 1: "S"},
+                                        "enc_attention": {0: "B", 3: "S", 4: "S"}}, dynamo=False)
+        torch.onnx.export(_Decoder(model).eval(), (tgt, memory, mask, heads, heads),
+                          folder / "decoder.onnx",
+                          input_names=["tgt", "memory", "src_mask", "self_heads", "cross_heads"],
+                          output_names=["logits", "self_attention", "cross_attention"],
+                          opset_version=OPSET,
+                          dynamic_axes={"tgt": {0: "B", 1: "T"}, "memory": {0: "B", 1: "S"},
+                                        "src_mask": {0: "B", 1: "S"}, "logits": {0: "B", 1: "T"},
+                                        "self_attention": {0: "B", 3: "T", 4: "T"},
+                                        "cross_attention": {0: "B", 3: "T", 4: "S"}}, dynamo=False)
+    model.eval()                     # the exporter restores the wrappers' (training) mode
+
+
+def fp16_weights(src: Path, dest: Path) -> None:
+    """The graph at ``src`` with its large float32 weights stored as float16 and cast back to
+    float32 when the graph runs: half the bytes, the same arithmetic on the weights' values."""
+    import onnx
+    from onnx import helper, numpy_helper
+    graph_model = onnx.load(src)
+    graph = graph_model.graph
+    casts = []
+    for init in graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT and len(init.dims) >= 2:
+            half = numpy_helper.from_array(numpy_helper.to_array(init).astype("float16"),
+                                           init.name + "_fp16")
+            init.CopyFrom(half)
+            casts.append(helper.make_node("Cast", [init.name], [init.name[:-5]],
+                                          to=onnx.TensorProto.FLOAT))
+    for node in reversed(casts):
+        graph.node.insert(0, node)
+    onnx.save(graph_model, dest)
+
+
+def write_form(fp32: Path, form: str, dest: Path) -> None:
+    """``form`` of the fp32 graphs in folder ``fp32`` into folder ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for g in GRAPHS:
+        if form == "fp32":
+            (dest / f"{g}.onnx").write_bytes((fp32 / f"{g}.onnx").read_bytes())
+        elif form == "fp16":
+            fp16_weights(fp32 / f"{g}.onnx", dest / f"{g}.onnx")
+        elif form == "int8":
+            import logging
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+            logging.getLogger().setLevel(logging.ERROR)   # its advice to pre-process: a CNN's
+            quantize_dynamic(fp32 / f"{g}.onnx", dest / f"{g}.onnx", weight_type=QuantType.QInt8)
+        else:
+            raise ValueError(f"unknown form {form!r}; choose one of {', '.join(FORMS)}")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class OnnxTranslator(nn.Module):
+    """The exported graphs in folder ``folder`` with the interface of the book's Transformer that
+    ``attnbook.decoding`` uses: ``encode(src, src_mask)`` and ``decode(tgt_in, memory, src_mask,
+    cache=None)`` -> logits (B, T, V). With a cache (incremental decoding) it keeps the prefix
+    in ``cache["ids"]`` and runs the decoder on all of it. ``heads``: {"enc"|"self"|"cross":
+    (L, h) factors}, all 1 unless set. Decode on the CPU (``device="cpu"``)."""
+
+    def __init__(self, folder: Path, threads: int = 1):
+        super().__init__()
+        import onnxruntime as ort
+        folder = Path(folder)
+        missing = [g for g in GRAPHS if not (folder / f"{g}.onnx").is_file()]
+        if missing:
+            raise RunError(f"{folder} has no {missing[0]}.onnx; export the model first "
+                           "(python -m attnbook.book.live export --out FOLDER)")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = threads
+        self.sessions = {g: ort.InferenceSession(str(folder / f"{g}.onnx"), opts,
+                                                 providers=["CPUExecutionProvider"])
+                         for g in GRAPHS}
+        shape = self.sessions["encoder"].get_inputs()[2].shape           # (L, h)
+        self.heads = {k: torch.ones(*shape) for k in ("enc", "self", "cross")}
+        self.last = {}                  # the attention weights of the latest call of each graph
+
+    def encode(self, src, src_mask):
+        memory, w = self.sessions["encoder"].run(None, {
+            "src": src.numpy(), "src_mask": src_mask.numpy(),
+            "enc_heads": self.heads["enc"].numpy()})
+        self.last["enc"] = torch.from_numpy(w)
+        return torch.from_numpy(memory)                                  # (B, S, d_model)
+
+    def decode(self, tgt_in, memory, src_mask, cache=None):
+        if cache is not None:
+            cache["ids"] = tgt_in if "ids" not in cache else torch.cat([cache["ids"], tgt_in], 1)
+        ids = tgt_in if cache is None else cache["ids"]                  # (B, t)
+        logits, w_self, w_cross = self.sessions["decoder"].run(None, {
+            "tgt": ids.numpy(), "memory": memory.numpy(), "src_mask": src_mask.numpy(),
+            "self_heads": self.heads["self"].numpy(), "cross_heads": self.heads["cross"].numpy()})
+        self.last.update(self=torch.from_numpy(w_self), cross=torch.from_numpy(w_cross))
+        return torch.from_numpy(logits)[:, -tgt_in.shape[1]:]            # (B, T, V)
+
+
+def export(out: Path, form: str = "fp32", stored: str = "cpu-base", work: Path | None = None) -> dict:
+    """The stored model ``stored`` as ``form`` graphs in ``out``, with its tokenizer and a
+    manifest (manifest.json: the form, the model's shape, every file's bytes and sha256).
+    Returns the manifest."""
+    model, tok, cfg = load_stored(stored)
+    work = work or out / "fp32-work"
+    export_fp32(model, work)
+    write_form(work, form, out)
+    if work != out and work.name == "fp32-work":
+        for g in GRAPHS:
+            (work / f"{g}.onnx").unlink()
+        work.rmdir()
+    (out / "tokenizer.model").write_bytes(Path(tok.model_file).read_bytes())
+    files = {f: {"bytes": (out / f).stat().st_size, "sha256": sha256(out / f)}
+             for f in ("encoder.onnx", "decoder.onnx", "tokenizer.model")}
+    manifest = {"model": stored, "form": form, "n_layers": len(model.encoder), "h": model.cfg.h,
+                "d_model": model.cfg.d_model, "vocab_size": model.cfg.vocab_size,
+                "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3}, "opset": OPSET,
+                "attnbook": __version__, "files": files}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def gzip_bytes(path: Path) -> int:
+    """What a server's gzip sends for the file (level 6): the page weight of a cold visit."""
+    import gzip
+    return len(gzip.compress(path.read_bytes(), compresslevel=6))
+
+
+def score_forms(work: Path, sentences: int = 0, beam: int = 4, stored: str = "cpu-base") -> dict:
+    """Every form of ``stored``'s graphs scored on test_2016_flickr (its first ``sentences``;
+    0: all) with beam search and greedily, beside the PyTorch model: BLEU, translations equal
+    to PyTorch's, seconds, bytes; and the chosen form, the smallest whose beam BLEU is within
+    0.5 of PyTorch's."""
+    model, tok, _ = load_stored(stored)
+    pairs = load_multi30k("test_2016_flickr")[:sentences or None]
+    srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    keys = {beam: f"beam {beam}, alpha 0.6", 1: "greedy"}
+    rows, reference = {"pytorch": {}}, {}
+    for b, key in keys.items():
+        start = time.perf_counter()
+        reference[b] = translate(model, tok, srcs, b, device="cpu")
+        rows["pytorch"][key] = {"bleu": bleu(reference[b], refs)["bleu"],
+                                "seconds": round(time.perf_counter() - start, 1)}
+    export_fp32(model, work / "fp32")
+    for form in FORMS:
+        write_form(work / "fp32", form, work / form)
+        onnx, rows[form] = OnnxTranslator(work / form), {}
+        for b, key in keys.items():
+            start = time.perf_counter()
+            hyps = translate(onnx, tok, srcs, b, device="cpu")
+            rows[form][key] = {"bleu": bleu(hyps, refs)["bleu"],
+                               "same_as_pytorch": sum(h == r for h, r in zip(hyps, reference[b])),
+                               "seconds": round(time.perf_counter() - start, 1)}
+        rows[form]["bytes"] = sum((work / form / f"{g}.onnx").stat().st_size for g in GRAPHS)
+        rows[form]["gzip_bytes"] = sum(gzip_bytes(work / form / f"{g}.onnx") for g in GRAPHS)
+    best = rows["pytorch"][keys[beam]]["bleu"]
+    chosen = next(f for f in ("int8", "fp16", "fp32")
+                  if abs(rows[f][keys[beam]]["bleu"] - best) <= 0.5)
+    return {"model": stored, "test_set": f"test_2016_flickr ({len(pairs)} of 1000 sentences)",
+            "rule": "the smallest form whose beam-search BLEU is within 0.5 of PyTorch's",
+            "signature": bleu(reference[beam], refs)["signature"], "forms": rows, "chosen": chosen}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = Parser(prog="python -m attnbook.book.live",
+               description="The translator page's model: export the stored cpu-base model to "
+                           "ONNX, or score every form of it against PyTorch.")
+    p.add_argument("what", choices=("export", "score"))
+    p.add_argument("--out", type=Path, required=True,
+                   help="export: the page's folder (_static/translator); score: a work folder")
+    p.add_argument("--form", choices=FORMS, help="export: the form (default: the one "
+                   "results/cpu/live.json chose)")
+    p.add_argument("--results", type=Path, help="score: the folder for live.json")
+    p.add_argument("--sentences", type=int, default=0, help="score: the first N test "
+                   "sentences only (0 = all; the tests use a few)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        if args.what == "export":
+            form = args.form or _chosen_form()
+            manifest = export(args.out, form)
+            print(f"wrote {args.out}: {form}, " + ", ".join(
+                f"{f} {v['bytes'] / 1e6:.1f} MB" for f, v in manifest["files"].items()))
+            return 0
+        from ..experiments import store
+        with store.record(store.command_line("attnbook.book.live", argv), threads=1) as call:
+            result = score_forms(args.out, args.sentences)
+        new = store.result("live", result, call)
+        if args.results:
+            store.write(args.results / "live.json", new)
+            print(f"wrote {args.results / 'live.json'}: chose {result['chosen']}")
+        return 0
+    except (DataError, RunError, ValueError) as e:
+        return fail(e)
+
+
+def _chosen_form() -> str:
+    path = Path(__file__).resolve().parents[3] / "results" / "cpu" / "live.json"
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: run `python -m attnbook.book.live score` first, "
+                         "or give --form")
+    return json.loads(path.read_text())["chosen"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The translator page's model (attnbook.book.live): the ONNX graphs translate as the package
+does, switch heads off as the head ablations do, return the attention weights the package
+records, and the export's manifest names what it wrote."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from attnbook.batching import pad
+from attnbook.book import live
+from attnbook.data import load_multi30k
+from attnbook.decoding import translate
+from attnbook.experiments.head_ablation import ablate
+from attnbook.training.runs import RunError, load_stored
+
+needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
+                                reason="needs the Multi30k files (MULTI30K_DIR)")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The stored cpu-base model as fp32 and fp16 graphs, and the model itself."""
+    work = tmp_path_factory.mktemp("live")
+    model, tok, _ = load_stored("cpu-base")
+    live.export_fp32(model, work / "fp32")
+    live.write_form(work / "fp32", "fp16", work / "fp16")
+    return work, model, tok
+
+
+@pytest.fixture(scope="module")
+def test_sentences():
+    if not os.environ.get("MULTI30K_DIR"):
+        pytest.skip("needs the Multi30k files (MULTI30K_DIR)")
+    return [s for s, _ in load_multi30k("test_2016_flickr")[:200]]
+
+
+@pytest.mark.parametrize("form,beam", [("fp32", 1), ("fp32", 4), ("fp16", 1)])
+def test_the_graphs_translate_200_test_sentences_as_the_package_does(exported, test_sentences,
+                                                                     form, beam):
+    """fp16 too: the stored weights are float16 already, so storing them so loses nothing."""
+    work, model, tok = exported
+    ours = translate(live.OnnxTranslator(work / form), tok, test_sentences, beam, device="cpu")
+    assert ours == translate(model, tok, test_sentences, beam, device="cpu")
+
+
+def test_the_graphs_return_the_attention_weights_the_package_records(exported):
+    work, model, tok = exported
+    onnx = live.OnnxTranslator(work / "fp32")
+    short = tok.encode("Ein Mann.")
+    src, mask = pad([tok.encode("Zwei Hunde spielen im Schnee."), short])   # (2, S), padded
+    tgt = torch.tensor([[2, 40, 41, 42], [2, 50, 51, 3]])
+    S = src.shape[1]
+    memory = onnx.encode(src, mask)
+    logits = onnx.decode(tgt, memory, mask)
+    with torch.no_grad():
+        ref_memory = model.encode(src, mask)
+        ref_logits, ref_cross = model.decode(tgt, ref_memory, mask, return_attention=True)
+    assert torch.allclose(memory, ref_memory, atol=1e-4) and torch.allclose(logits, ref_logits, atol=1e-3)
+    L, h = len(model.encoder), model.cfg.h
+    assert onnx.last["enc"].shape == (2, L, h, S, S) and onnx.last["self"].shape == (2, L, h, 4, 4)
+    assert torch.allclose(onnx.last["cross"], torch.stack(ref_cross, 1), atol=1e-5)
+    for w in onnx.last.values():                       # each row: a distribution over the keys
+        assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5)
+    assert len(short) < S and (onnx.last["enc"][1, ..., len(short):] == 0).all()   # nor padding
+    assert (torch.triu(onnx.last["self"][0], diagonal=1) == 0).all()   # nor the future
+
+
+@pytest.mark.parametrize("kind,layer,head", [("cross", 1, 2), ("self", 0, 0), ("enc", 2, 3)])
+def test_a_head_switched_off_in_the_graph_is_the_head_ablation(exported, kind, layer, head):
+    work, model, tok = exported
+    onnx = live.OnnxTranslator(work / "fp32")
+    onnx.heads[kind][layer, head] = 0.0
+    module = {"enc": model.encoder[layer].self_attn, "self": model.decoder[layer].self_attn,
+              "cross": model.decoder[layer].cross_attn}[kind]
+    sentences = ["Ein Mann mit einem roten Hut spielt Gitarre.", "Zwei Kinder laufen am Strand."]
+    src = torch.tensor([tok.encode(sentences[0])])
+    tgt = torch.tensor([[2] + tok.encode("A man in a red hat plays guitar.")])
+    logits = onnx.decode(tgt, onnx.encode(src, src != 0), src != 0)
+    with torch.no_grad(), ablate(module, [head]):
+        ref = model.decode(tgt, model.encode(src, src != 0), src != 0)
+        ref_text = translate(model, tok, sentences, 4, device="cpu")
+    with torch.no_grad():
+        intact = model.decode(tgt, model.encode(src, src != 0), src != 0)
+    assert torch.allclose(logits, ref, atol=1e-3) and not torch.allclose(logits, intact, atol=1e-2)
+    assert translate(onnx, tok, sentences, 4, device="cpu") == ref_text
+
+
+def test_the_forms_shrink_and_int8_stays_close(exported, tmp_path):
+    work, model, tok = exported
+    live.write_form(work / "fp32", "int8", tmp_path / "int8")
+    size = {f: sum((d / f"{g}.onnx").stat().st_size for g in live.GRAPHS)
+            for f, d in (("fp32", work / "fp32"), ("fp16", work / "fp16"), ("int8", tmp_path / "int8"))}
+    assert size["int8"] < 0.6 * size["fp16"] < 0.6 * size["fp32"]
+    sentences = ["Ein Hund rennt über eine grüne Wiese.", "Eine Frau liest ein Buch im Park."]
+    assert translate(live.OnnxTranslator(tmp_path / "int8"), tok, sentences, 1, device="cpu") == \
+        translate(model, tok, sentences, 1, device="cpu")        # these two, at least
+    with pytest.raises(ValueError, match="unknown form 'int4'"):
+        live.write_form(work / "fp32", "int4", tmp_path / "x")
+
+
+def test_export_writes_the_page_files_and_a_manifest_of_their_sums(tmp_path):
+    manifest = live.export(tmp_path / "page", "fp16")
+    files = sorted(p.name for p in (tmp_path / "page").iterdir())
+    assert files == ["decoder.onnx", "encoder.onnx", "manifest.json", "tokenizer.model"]
+    assert json.loads((tmp_path / "page" / "manifest.json").read_text()) == manifest
+    assert (manifest["form"], manifest["n_layers"], manifest["h"]) == ("fp16", 3, 4)
+    for name, info in manifest["files"].items():
+        assert info == {"bytes": (tmp_path / "page" / name).stat().st_size,
+                        "sha256": live.sha256(tmp_path / "page" / name)}
+    model, tok, _ = load_stored("cpu-base")
+    assert (tmp_path / "page" / "tokenizer.model").read_bytes() == tok.model_file.read_bytes()
+
+
+def test_a_folder_without_the_graphs_is_a_clear_error(tmp_path):
+    with pytest.raises(RunError, match="no encoder.onnx; export the model first"):
+        live.OnnxTranslator(tmp_path)
+
+
+@needs_data
+def test_score_compares_every_form_with_pytorch(tmp_path):
+    result = live.score_forms(tmp_path, sentences=8)
+    assert set(result["forms"]) == {"pytorch", *live.FORMS}
+    torch_bleu = result["forms"]["pytorch"]["beam 4, alpha 0.6"]["bleu"]
+    for form in ("fp32", "fp16"):
+        for key in ("beam 4, alpha 0.6", "greedy"):
+            row = result["forms"][form][key]
+            assert row["same_as_pytorch"] == 8 and row["bleu"] == result["forms"]["pytorch"][key]["bleu"]
+    assert result["chosen"] in live.FORMS
+    chosen = result["forms"][result["chosen"]]
+    assert abs(chosen["beam 4, alpha 0.6"]["bleu"] - torch_bleu) <= 0.5
+    assert np.all([result["forms"][f]["gzip_bytes"] < result["forms"][f]["bytes"] for f in live.FORMS])

@@ -3,6 +3,9 @@ does, switch heads off as the head ablations do, return the attention weights th
 records, and the export's manifest names what it wrote."""
 import json
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,14 +106,16 @@ def test_the_forms_shrink_and_int8_stays_close(exported, tmp_path):
 def test_export_writes_the_page_files_and_a_manifest_of_their_sums(tmp_path):
     manifest = live.export(tmp_path / "page", "fp16")
     files = sorted(p.name for p in (tmp_path / "page").iterdir())
-    assert files == ["decoder.onnx", "encoder.onnx", "manifest.json", "tokenizer.model"]
+    assert files == ["decoder.onnx", "encoder.onnx", "manifest.json", "tokenizer.json"]
     assert json.loads((tmp_path / "page" / "manifest.json").read_text()) == manifest
     assert (manifest["form"], manifest["n_layers"], manifest["h"]) == ("fp16", 3, 4)
     for name, info in manifest["files"].items():
         assert info == {"bytes": (tmp_path / "page" / name).stat().st_size,
                         "sha256": live.sha256(tmp_path / "page" / name)}
     model, tok, _ = load_stored("cpu-base")
-    assert (tmp_path / "page" / "tokenizer.model").read_bytes() == tok.model_file.read_bytes()
+    vocab = json.loads((tmp_path / "page" / "tokenizer.json").read_text())
+    assert [p[0] for p in vocab["pieces"]] == [tok.sp.id_to_piece(i) for i in range(len(tok))]
+    assert vocab["unk_id"] == 1 and vocab["model_sha256"] == live.sha256(tok.model_file)
 
 
 def test_a_folder_without_the_graphs_is_a_clear_error(tmp_path):
@@ -131,3 +136,39 @@ def test_score_compares_every_form_with_pytorch(tmp_path):
     chosen = result["forms"][result["chosen"]]
     assert abs(chosen["beam 4, alpha 0.6"]["bleu"] - torch_bleu) <= 0.5
     assert np.all([result["forms"][f]["gzip_bytes"] < result["forms"][f]["bytes"] for f in live.FORMS])
+
+
+# --- the page's tokenizer (book/_static/translator/tokenizer.js), run by node -----------------
+
+TOKENIZER_JS = Path(__file__).resolve().parents[1] / "book" / "_static" / "translator" / "tokenizer.js"
+HARD = ["Straße über Öl, Ärger und Übermut: 1234,56 € (zwölf %)!", "  viel   Leerraum\tund\nZeilen  ",
+        "Emoji 🙂 und 漢字 und ½ und ﬁ Ligatur", "ÀÉÎÕÜ ñ ç ß ẞ", "x", "–—…·•", "",
+        "(Klammern) [eckig] {geschweift} «Anführung» „deutsch“ 'einfach' \"doppelt\"",
+        "Ein Mann\u00a0mit\u2003Hut", "e\u0301 (e und ein Akzent für sich)", "<s> </s> <pad> <unk>"]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (Debian: apt-get install nodejs)")
+def test_the_pages_tokenizer_encodes_as_sentencepiece_does(tmp_path):
+    """1,000 test sentences and 1,000 training sentences, and text made to be hard: the same ids."""
+    _, tok, _ = load_stored("cpu-base")
+    if os.environ.get("MULTI30K_DIR"):
+        sentences = [s for s, _ in load_multi30k("test_2016_flickr")]
+        sentences += [s for s, _ in load_multi30k("train")[::29][:1000]]
+    else:
+        sentences = []
+    sentences += HARD
+    (tmp_path / "vocab.json").write_text(json.dumps(live.vocabulary(tok.model_file), ensure_ascii=False))
+    (tmp_path / "in.json").write_text(json.dumps(sentences, ensure_ascii=False))
+    script = (f"const {{BookTokenizer}} = require({json.dumps(str(TOKENIZER_JS))});"
+              "const fs = require('fs'); const d = process.argv[1];"
+              "const t = new BookTokenizer(JSON.parse(fs.readFileSync(d + '/vocab.json', 'utf8')));"
+              "const s = JSON.parse(fs.readFileSync(d + '/in.json', 'utf8'));"
+              "fs.writeFileSync(d + '/out.json', JSON.stringify(s.map((x) => [t.encode(x), "
+              "t.decode(t.encode(x))])));")
+    subprocess.run(["node", "-e", script, str(tmp_path)], check=True, timeout=120)
+    got = json.loads((tmp_path / "out.json").read_text())
+    wrong = [(s, ids) for s, (ids, _) in zip(sentences, got) if ids != tok.sp.encode(s)]
+    assert not wrong, wrong[:3]
+    undecoded = [(text, tok.decode(ids)) for ids, text in got if text != tok.decode(ids)]
+    assert not undecoded, undecoded[:5]                             # and decodes as the package
+    assert len(sentences) >= (2000 if os.environ.get("MULTI30K_DIR") else 1) + len(HARD) - 1

@@ -194,6 +194,24 @@ class OnnxTranslator(nn.Module):
         return torch.from_numpy(logits)[:, -tgt_in.shape[1]:]            # (B, T, V)
 
 
+def vocabulary(model_file: Path) -> dict:
+    """What the page's tokenizer (book/_static/translator/tokenizer.js) reads from a
+    sentencepiece model: every piece with its score and type (1 normal, 2 unknown, 3 control),
+    the unknown id, and the model's sha256."""
+    from sentencepiece import sentencepiece_model_pb2
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(Path(model_file).read_bytes())
+    spec = proto.normalizer_spec
+    if (proto.trainer_spec.model_type, spec.name, spec.add_dummy_prefix,
+            spec.remove_extra_whitespaces, proto.trainer_spec.byte_fallback) != \
+            (2, "nmt_nfkc", True, True, False):
+        raise ValueError(f"{model_file} is not a sentencepiece model with the book's settings "
+                         "(BPE, nmt_nfkc, a dummy prefix, no byte fallback): the page's tokenizer "
+                         "implements those only")
+    return {"pieces": [[p.piece, p.score, p.type] for p in proto.pieces],
+            "unk_id": proto.trainer_spec.unk_id, "model_sha256": sha256(Path(model_file))}
+
+
 def export(out: Path, form: str = "fp32", stored: str = "cpu-base", work: Path | None = None) -> dict:
     """The stored model ``stored`` as ``form`` graphs in ``out``, with its tokenizer and a
     manifest (manifest.json: the form, the model's shape, every file's bytes and sha256).
@@ -206,9 +224,9 @@ def export(out: Path, form: str = "fp32", stored: str = "cpu-base", work: Path |
         for g in GRAPHS:
             (work / f"{g}.onnx").unlink()
         work.rmdir()
-    (out / "tokenizer.model").write_bytes(Path(tok.model_file).read_bytes())
+    (out / "tokenizer.json").write_text(json.dumps(vocabulary(tok.model_file), ensure_ascii=False))
     files = {f: {"bytes": (out / f).stat().st_size, "sha256": sha256(out / f)}
-             for f in ("encoder.onnx", "decoder.onnx", "tokenizer.model")}
+             for f in ("encoder.onnx", "decoder.onnx", "tokenizer.json")}
     manifest = {"model": stored, "form": form, "n_layers": len(model.encoder), "h": model.cfg.h,
                 "d_model": model.cfg.d_model, "vocab_size": model.cfg.vocab_size,
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3}, "opset": OPSET,

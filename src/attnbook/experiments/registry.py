@@ -103,7 +103,7 @@ EXPERIMENTS = {e.name: e for e in [
          only=("--models", "{key}", "--merge"), needs="Multi30k"),
     _exp("sweep_base", "experiments.translators", ("cpu/sweep_base.json",), "chapter 10",
          ("sweep", "--preset", "cpu-base", "--models", "gru-additive", "--peak-lrs", "2e-3",
-          "4e-3", "8e-3", "--out", "runs/sweep-base", "--jobs", "2", "--results", "results/cpu",
+          "4e-3", "8e-3", "1.6e-2", "--out", "runs/sweep-base", "--jobs", "2", "--results", "results/cpu",
           "--name", "sweep_base"),
          seeds_flag="", tiny=("sweep", "--preset", "smoke", "--models", "gru-additive",
                               "--peak-lrs", "2e-3", "4e-3", "--max-steps", "2", "--sentences",

@@ -123,13 +123,15 @@ PRESETS = {
 
 
 # Each model's peak learning rate, per preset. cpu-tiny's come from chapter 10's sweep, chosen
-# by validation loss (results/cpu/sweep.json); gpu-base's Transformer uses the paper's peak for
-# d_model 512 and 2,000 warm-up steps (d_model^-0.5 * 2000^-0.5 = 9.9e-4), reached after 400
-# steps. The rest of a preset (data, batches, steps, warm-up, decoding) is the same for every model.
+# by validation loss (results/cpu/sweep.json); cpu-base's Transformer from chapter 9's candidate
+# search (results/cpu/cpu_base.json) and its GRU + additive from a sweep of its own
+# (results/cpu/sweep_base.json; the other cpu-base rates are unswept); gpu-base's Transformer
+# uses the paper's peak for d_model 512 and 2,000 warm-up steps (d_model^-0.5 * 2000^-0.5 =
+# 9.9e-4), reached after 400 steps. The rest of a preset (data, batches, steps, warm-up, decoding) is the same for every model.
 PEAK_LR = {
     "cpu-tiny": {"transformer": 6e-3, "decoder-only": 6e-3, "gru": 1.6e-2, "gru-additive": 8e-3,
                  "gru-dot": 8e-3, "conv": 8e-3, "gru-additive-wide": 8e-3},
-    "cpu-base": {"transformer": 3e-3, "decoder-only": 3e-3, "gru": 8e-3, "gru-additive": 4e-3,
+    "cpu-base": {"transformer": 3e-3, "decoder-only": 3e-3, "gru": 8e-3, "gru-additive": 8e-3,
                  "gru-dot": 4e-3},
     "smoke": {m: 3e-3 for m in ALL_MODELS},
     "gpu-base": {"transformer": 512 ** -0.5 * 2000 ** -0.5,

@@ -21,7 +21,7 @@ export PYTHONHASHSEED := 0
 export CUBLAS_WORKSPACE_CONFIG := :4096:8
 export MPLBACKEND := module://matplotlib_inline.backend_inline
 
-.PHONY: book test lab notebooks student clean install bench mathjax gpu-data gpu-run gpu-dry-run
+.PHONY: book test lab notebooks student clean install bench vendor gpu-data gpu-run gpu-dry-run
 
 install: $(STAMP)
 
@@ -33,19 +33,21 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attnbook)" > /dev/null
 	touch $(STAMP)
 
-book: $(STAMP) mathjax
+book: $(STAMP) vendor
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-# MathJax is served with the book so that math renders offline: a copy from npm in
-# _build/vendor (quick when it is there; without npm, a loader that uses a CDN, with a note).
-mathjax: $(STAMP)
+# MathJax and the translator page's onnxruntime-web are served with the book, so that math
+# renders and the page translates offline: copies from npm in _build/vendor (quick when they are
+# there; without npm, a MathJax loader that uses a CDN and a page that says its runtime is missing).
+vendor: $(STAMP)
 	$(PY) tools/fetch_mathjax.py
+	$(PY) tools/fetch_ort.py
 
 # One thread per process: the two pytest workers, their notebook kernels and the commands the
 # tests start share two cores, and PyTorch's OpenMP threads spin-wait when the cores are
 # oversubscribed (chapter 6 took 5 minutes instead of 10 s). The stored outputs were executed
 # with one thread too.
-test: $(STAMP) mathjax
+test: $(STAMP) vendor
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
 	    -p no:cacheprovider -q -ra

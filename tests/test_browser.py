@@ -127,6 +127,11 @@ def html_dir(browser, tmp_path_factory) -> Path:
                            + (["--require-local"] if CI else []),
                            cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert fetch.returncode == 0, fetch.stderr
+    subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_ort.py")], cwd=ROOT,
+                   capture_output=True, text=True, timeout=900)
+    if not (ROOT / "_build" / "vendor" / "ort" / "VERSION").is_file():
+        unavailable("onnxruntime-web, which the translator page runs, could not be copied from "
+                    "npm (tools/fetch_ort.py): install npm and run `make book`")
     marker = ROOT / "_build" / "vendor" / "_static" / "mathjax" / "VERSION"
     if not marker.read_text().strip().endswith("npm"):
         unavailable("MathJax is loaded from a CDN because npm is missing, and the browser test "
@@ -620,3 +625,82 @@ def test_bahdanau_explorer(site, visit, screenshots):
     problems += check_phone(page, "book__explorer_bahdanau", screenshots)
     problems = v.problems + problems
     assert not problems, "book/explorer_bahdanau:\n  " + "\n  ".join(problems)
+
+
+TRANSLATOR_MODEL = ROOT / "book" / "_static" / "translator" / "model"
+SETTLED_TRANSLATOR = """() => { const r = document.querySelector('.attn-translator');
+    return !r.querySelector('.tr-row button').disabled && !r.querySelector('.tr-heads').disabled; }"""
+
+
+def test_translator_page(site, html_dir, visit, screenshots):
+    """The page translates as the package's ONNX translator (attnbook.book.live) does, greedily and
+    with beam search, switches a head off as the package does, and stays within its budget:
+    at most 15 MB compressed on a cold visit, the first translation within 3 s of the page's
+    load, later 20-piece greedy ones within 1 s. Its measurements go to _build/translator.json."""
+    import gzip
+    import time
+    from attnbook.book.live import OnnxTranslator
+    from attnbook.decoding import translate
+    from attnbook.training.runs import load_stored
+    extras = json.loads((TRANSLATOR_MODEL / "extras.json").read_text(encoding="utf-8"))
+    sentences = [extras["examples"][0]["source"], extras["examples"][4]["source"],
+                 "Zwei Kinder spielen im Schnee, während ihr Hund über die Wiese läuft."]
+    _, tok, _ = load_stored("cpu-base")
+    onnx = OnnxTranslator(TRANSLATOR_MODEL)
+    expected = {1: translate(onnx, tok, sentences, 1, device="cpu"),
+                4: translate(onnx, tok, sentences[:1], 4, device="cpu")}
+    onnx.heads["cross"][2, 0] = 0.0          # cross-attention, layer 3, head 1: switched off
+    ablated = translate(onnx, tok, sentences[:1], 4, device="cpu")[0]   # the last one translated
+
+    start = time.perf_counter()
+    v = visit(page_url(site, "book/translator"))
+    page = v.page
+    page.wait_for_selector(".attn-translator[data-state]", timeout=60_000)
+    load_s = time.perf_counter() - start
+    problems = [] if page.get_attribute(".attn-translator", "data-state") == "ready" else \
+        [f"the page did not load its model: {page.text_content('.tr-status')}"]
+    seconds, got = [], {}
+    for beam, text in [(1, sentences[0]), (1, sentences[1]), (1, sentences[2]), (4, sentences[0])]:
+        page.select_option("select[aria-label=decoding]", str(beam))
+        page.fill("#tr-source", text)
+        t0 = time.perf_counter()
+        page.click(".tr-row button")
+        page.wait_for_function(SETTLED_TRANSLATOR, timeout=30_000)
+        seconds.append(time.perf_counter() - t0)
+        got.setdefault(beam, []).append(page.get_attribute(".attn-translator", "data-translation"))
+    if got[1] != expected[1] or got[4] != expected[4]:
+        problems.append(f"the page translates {got}, the package {expected}")
+    page.uncheck("input[data-head='cross/3/1']")
+    page.wait_for_function("() => document.querySelector('.attn-translator').hasAttribute('data-ablated')",
+                           timeout=30_000)
+    page.wait_for_function(SETTLED_TRANSLATOR, timeout=30_000)
+    if page.get_attribute(".attn-translator", "data-ablated") != ablated:
+        problems.append(f"with the head off the page translates "
+                        f"{page.get_attribute('.attn-translator', 'data-ablated')!r}, the package {ablated!r}")
+    if "head ablation of this head" not in page.text_content(".tr-effect"):
+        problems.append("the committed head ablation of the switched-off head is not shown")
+    # the maps: every kind, drawn by the explorer's code, rows summing to 1
+    page.wait_for_selector(".tr-maps .attn-explorer[data-ready=true]", timeout=10_000)
+    # a cold visit's weight: every file the page fetched, as a server's gzip would send it
+    urls = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
+    fetched = {html_dir / urlparse(u).path.lstrip("/") for u in urls + [page.url]}
+    if any(not f.is_file() for f in fetched):
+        problems.append(f"fetched files not in the built book: {[f for f in fetched if not f.is_file()]}")
+    weight = sum(len(gzip.compress(f.read_bytes(), 6)) for f in fetched if f.is_file())
+    if weight > 15e6:
+        problems.append(f"a cold visit fetches {weight / 1e6:.1f} MB compressed (at most 15)")
+    page.set_viewport_size({"width": MOBILE_WIDTH, "height": 800})
+    page.wait_for_function(SETTLED)
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    if width > MOBILE_WIDTH + 2:
+        problems.append(f"at {MOBILE_WIDTH} px the page is {width} px wide")
+    page.screenshot(path=str(screenshots / "book__translator.png"), full_page=True)
+    measured = {"load_s": round(load_s, 2), "translation_s": [round(x, 2) for x in seconds],
+                "decoding": ["greedy"] * 3 + ["beam 4"], "output_pieces": [len(tok.encode(t)) for t in got[1]],
+                "files": len(fetched), "compressed_mb": round(weight / 1e6, 2)}
+    (ROOT / "_build" / "translator.json").write_text(json.dumps(measured, indent=1) + "\n")
+    print("translator page:", measured)
+    if seconds[0] > 3 or max(seconds[1:3]) > 1:
+        problems.append(f"too slow: {measured}")
+    problems = v.problems + problems
+    assert not problems, "book/translator:\n  " + "\n  ".join(problems)

@@ -103,10 +103,37 @@ def test_the_forms_shrink_and_int8_stays_close(exported, tmp_path):
         live.write_form(work / "fp32", "int4", tmp_path / "x")
 
 
+def test_with_no_cross_attention_every_source_gets_the_same_translation(exported):
+    """What the page says: with every cross-attention head off the decoder cannot read the
+    source, so two different sentences get the same English one."""
+    work, model, tok = exported
+    onnx = live.OnnxTranslator(work / "fp32")
+    sentences = ["Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+                 "Zwei Kinder spielen im Schnee, während ihr Hund über die Wiese läuft."]
+    intact = translate(onnx, tok, sentences, 1, device="cpu")
+    onnx.heads["cross"][:] = 0.0
+    blind = translate(onnx, tok, sentences, 1, device="cpu")
+    assert intact[0] != intact[1] and blind[0] == blind[1] and blind[0] not in intact
+
+
+@needs_data
+def test_the_committed_page_model_is_what_export_writes(tmp_path):
+    """book/_static/translator/model is the export of the form live.json chose, byte for byte."""
+    committed = live.ROOT_MODEL
+    manifest = json.loads((committed / "manifest.json").read_text())
+    chosen = json.loads((live.RESULTS / "live.json").read_text())["chosen"]
+    assert manifest["form"] == chosen
+    fresh = live.export(tmp_path / "page", chosen)
+    assert fresh == manifest
+    for name, info in manifest["files"].items():
+        assert live.sha256(committed / name) == info["sha256"], name
+
+
+@needs_data
 def test_export_writes_the_page_files_and_a_manifest_of_their_sums(tmp_path):
     manifest = live.export(tmp_path / "page", "fp16")
     files = sorted(p.name for p in (tmp_path / "page").iterdir())
-    assert files == ["decoder.onnx", "encoder.onnx", "manifest.json", "tokenizer.json"]
+    assert files == ["decoder.onnx", "encoder.onnx", "extras.json", "manifest.json", "tokenizer.json"]
     assert json.loads((tmp_path / "page" / "manifest.json").read_text()) == manifest
     assert (manifest["form"], manifest["n_layers"], manifest["h"]) == ("fp16", 3, 4)
     for name, info in manifest["files"].items():
@@ -172,3 +199,15 @@ def test_the_pages_tokenizer_encodes_as_sentencepiece_does(tmp_path):
     undecoded = [(text, tok.decode(ids)) for ids, text in got if text != tok.decode(ids)]
     assert not undecoded, undecoded[:5]                             # and decodes as the package
     assert len(sentences) >= (2000 if os.environ.get("MULTI30K_DIR") else 1) + len(HARD) - 1
+
+
+def test_the_committed_scores_say_what_the_page_says():
+    """book/translator.md: float32 and float16 translate all 1,000 test sentences as PyTorch,
+    int8 is about a quarter of float32's size and the form the rule chose."""
+    result = json.loads((live.RESULTS / "live.json").read_text())
+    forms, beam = result["forms"], "beam 4, alpha 0.6"
+    assert result["test_set"] == "test_2016_flickr (1000 of 1000 sentences)"
+    for form in ("fp32", "fp16"):
+        assert all(forms[form][k]["same_as_pytorch"] == 1000 for k in (beam, "greedy"))
+    assert 0.25 < forms["int8"]["bytes"] / forms["fp32"]["bytes"] < 0.3
+    assert result["chosen"] == "int8" and abs(forms["int8"][beam]["bleu"] - forms["pytorch"][beam]["bleu"]) <= 0.5

@@ -5,7 +5,8 @@
    ATTNBOOK_ATTENTION), set by a .js file that `python -m attnbook.explorer` writes (attention.js,
    bahdanau.js) and the page loads with a <script> tag, so that it also works when opened from
    disk (file://), where browsers refuse to fetch a JSON file. A control with one choice (the
-   GRU's one kind, layer and head) is hidden. */
+   GRU's one kind, layer and head; the translator page's one sentence) is hidden; the translator
+   page (book/_static/translator/page.js) draws its maps with window.attnbookExplorer. */
 (function () {
   "use strict";
 
@@ -89,8 +90,8 @@
     var head = select(controls, "head", "Head", heads);
     kind.value = data.kinds.cross ? "cross" : Object.keys(data.kinds)[0];
     layer.value = String(data.layers - 1);
-    [kind, layer, head].forEach(function (s) {   // nothing to choose: the GRU's one attention
-      if (s.options.length < 2) s.parentNode.hidden = true;
+    [sentence, kind, layer, head].forEach(function (s) {   // nothing to choose: the GRU's one
+      if (s.options.length < 2) s.parentNode.hidden = true;      // attention, the page's one sentence
     });
     var single = data.layers === 1 && data.heads === 1;
 
@@ -242,6 +243,7 @@
   function start() {
     Array.prototype.forEach.call(document.querySelectorAll(".attn-explorer"), init);
   }
+  window.attnbookExplorer = init;     // the translator page draws its maps with it (page.js)
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();

@@ -44,6 +44,8 @@ from ..training.runs import RunError, load_stored
 FORMS = ("fp32", "fp16", "int8")   # int8: dynamic quantisation of the matrices (onnxruntime)
 OPSET = 17
 GRAPHS = ("encoder", "decoder")
+RESULTS = Path(__file__).resolve().parents[3] / "results" / "cpu"
+ROOT_MODEL = Path(__file__).resolve().parents[3] / "book" / "_static" / "translator" / "model"
 
 
 class _Encoder(nn.Module):
@@ -212,6 +214,22 @@ def vocabulary(model_file: Path) -> dict:
             "unk_id": proto.trainer_spec.unk_id, "model_sha256": sha256(Path(model_file))}
 
 
+EXAMPLES = range(0, 1000, 50)     # the explorer's rule: test sentences 0, 50, ..., 950
+
+
+def page_extras() -> dict:
+    """What the page shows beside the model: its example sentences (test_2016_flickr, EXAMPLES)
+    and the committed head ablation of each head (results/cpu/head_ablation.json)."""
+    test = load_multi30k("test_2016_flickr")
+    ablation = json.loads((RESULTS / "head_ablation.json").read_text())
+    keep = ("kind", "layer", "head", "delta_loss", "delta_bleu")
+    return {"examples": [{"index": i, "source": test[i][0], "reference": test[i][1]} for i in EXAMPLES],
+            "examples_rule": "test_2016_flickr sentences 0, 50, ..., 950, as on the explorer page",
+            "ablation": {"of": "results/cpu/head_ablation.json: " + ablation["ablation"],
+                         "loss": ablation["loss"], "bleu": ablation["bleu"],
+                         "per_head": [{k: r[k] for k in keep} for r in ablation["per_head"]]}}
+
+
 def export(out: Path, form: str = "fp32", stored: str = "cpu-base", work: Path | None = None) -> dict:
     """The stored model ``stored`` as ``form`` graphs in ``out``, with its tokenizer and a
     manifest (manifest.json: the form, the model's shape, every file's bytes and sha256).
@@ -225,8 +243,9 @@ def export(out: Path, form: str = "fp32", stored: str = "cpu-base", work: Path |
             (work / f"{g}.onnx").unlink()
         work.rmdir()
     (out / "tokenizer.json").write_text(json.dumps(vocabulary(tok.model_file), ensure_ascii=False))
+    (out / "extras.json").write_text(json.dumps(page_extras(), ensure_ascii=False, indent=1) + "\n")
     files = {f: {"bytes": (out / f).stat().st_size, "sha256": sha256(out / f)}
-             for f in ("encoder.onnx", "decoder.onnx", "tokenizer.json")}
+             for f in ("encoder.onnx", "decoder.onnx", "tokenizer.json", "extras.json")}
     manifest = {"model": stored, "form": form, "n_layers": len(model.encoder), "h": model.cfg.h,
                 "d_model": model.cfg.d_model, "vocab_size": model.cfg.vocab_size,
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3}, "opset": OPSET,
@@ -311,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _chosen_form() -> str:
-    path = Path(__file__).resolve().parents[3] / "results" / "cpu" / "live.json"
+    path = RESULTS / "live.json"
     if not path.is_file():
         raise ValueError(f"{path} is missing: run `python -m attnbook.book.live score` first, "
                          "or give --form")

@@ -8,6 +8,7 @@
 (function () {
   "use strict";
 
+  // special ids, and the limits of attnbook.decoding (MAX_SOURCE_TOKENS; source length + 50)
   var PAD = 0, BOS = 2, EOS = 3, MAX_EXTRA = 50, MAX_SOURCE = 256;
 
   function Translator(base) {

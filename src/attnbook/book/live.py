@@ -2,8 +2,8 @@
 (book/translator.md): an encoder graph and a decoder graph that return every layer's attention
 weights and take a factor per head, so that the page can switch heads off.
 
-    python -m attnbook.book.live export --out _static/translator          # the stored cpu-base model
-    python -m attnbook.book.live score --out _static/translator --results results/cpu
+    python -m attnbook.book.live export --out book/_static/translator/model   # the page's model
+    python -m attnbook.book.live score --out runs/live --results results/cpu  # every form's BLEU
 
 The graphs (``encoder.onnx``, ``decoder.onnx``; FORMS: fp32, and smaller forms of the same
 weights) have these inputs and outputs, with the book's names (book/notation.md; L layers, h
@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -230,18 +231,14 @@ def page_extras() -> dict:
                          "per_head": [{k: r[k] for k in keep} for r in ablation["per_head"]]}}
 
 
-def export(out: Path, form: str = "fp32", stored: str = "cpu-base", work: Path | None = None) -> dict:
-    """The stored model ``stored`` as ``form`` graphs in ``out``, with its tokenizer and a
-    manifest (manifest.json: the form, the model's shape, every file's bytes and sha256).
-    Returns the manifest."""
-    model, tok, cfg = load_stored(stored)
-    work = work or out / "fp32-work"
-    export_fp32(model, work)
-    write_form(work, form, out)
-    if work != out and work.name == "fp32-work":
-        for g in GRAPHS:
-            (work / f"{g}.onnx").unlink()
-        work.rmdir()
+def export(out: Path, form: str = "fp32", stored: str = "cpu-base") -> dict:
+    """The stored model ``stored`` as ``form`` graphs in ``out``, with its tokenizer
+    (tokenizer.json), the page's extras (extras.json) and a manifest (manifest.json: the form,
+    the model's shape, every file's bytes and sha256). Returns the manifest."""
+    model, tok, _ = load_stored(stored)
+    with tempfile.TemporaryDirectory() as tmp:
+        export_fp32(model, Path(tmp))
+        write_form(Path(tmp), form, out)
     (out / "tokenizer.json").write_text(json.dumps(vocabulary(tok.model_file), ensure_ascii=False))
     (out / "extras.json").write_text(json.dumps(page_extras(), ensure_ascii=False, indent=1) + "\n")
     files = {f: {"bytes": (out / f).stat().st_size, "sha256": sha256(out / f)}

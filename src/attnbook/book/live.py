@@ -215,7 +215,7 @@ def vocabulary(model_file: Path) -> dict:
             "unk_id": proto.trainer_spec.unk_id, "model_sha256": sha256(Path(model_file))}
 
 
-EXAMPLES = range(0, 1000, 50)     # the explorer's rule: test sentences 0, 50, ..., 950
+EXAMPLES = range(0, 1000, 50)     # test sentences 0, 50, ..., 950: the attention page's rule
 
 
 def page_extras() -> dict:
@@ -225,7 +225,7 @@ def page_extras() -> dict:
     ablation = json.loads((RESULTS / "head_ablation.json").read_text())
     keep = ("kind", "layer", "head", "delta_loss", "delta_bleu")
     return {"examples": [{"index": i, "source": test[i][0], "reference": test[i][1]} for i in EXAMPLES],
-            "examples_rule": "test_2016_flickr sentences 0, 50, ..., 950, as on the explorer page",
+            "examples_rule": "test_2016_flickr sentences 0, 50, ..., 950, as on the attention page",
             "ablation": {"of": "results/cpu/head_ablation.json: " + ablation["ablation"],
                          "loss": ablation["loss"], "bleu": ablation["bleu"],
                          "per_head": [{k: r[k] for k in keep} for r in ablation["per_head"]]}}

@@ -20,16 +20,20 @@ from attnbook.training.recipe import preset
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    """One dry run of the whole call, through the script a GPU machine runs."""
-    tmp = tmp_path_factory.mktemp("gpu-call")
+def dry_call(tmp: Path, *options: str) -> tuple[Path, dict]:
+    """A dry run of the call through the script a GPU machine runs: its OUT and summary."""
     out, work = tmp / "out", tmp / "work"
     env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
-    run = subprocess.run(["bash", str(ROOT / "tools" / "gpu_run.sh"), "--dry-run", "--work",
-                          str(work)], env=env, capture_output=True, text=True, timeout=400)
+    run = subprocess.run(["bash", str(ROOT / "tools" / "gpu_run.sh"), "--dry-run", *options,
+                          "--work", str(work)], env=env, capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return out, json.loads((out / "gpu_run.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """One dry run of the whole call."""
+    return dry_call(tmp_path_factory.mktemp("gpu-call"))
 
 
 def test_dry_run_runs_every_part_within_its_limit(dry_run):
@@ -274,14 +278,7 @@ def test_the_eager_plan_is_the_full_race_without_compiling_and_fits_its_deadline
 @pytest.fixture(scope="module")
 def dry_seeds(tmp_path_factory):
     """One dry run of the seeds plan (two seeds of each family, tiny, on the CPU)."""
-    tmp = tmp_path_factory.mktemp("gpu-seeds")
-    out, work = tmp / "out", tmp / "work"
-    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable)
-    run = subprocess.run(["bash", str(ROOT / "tools" / "gpu_run.sh"), "--dry-run", "--plan",
-                          "seeds", "--work", str(work)], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return out, json.loads((out / "gpu_run.json").read_text())
+    return dry_call(tmp_path_factory.mktemp("gpu-seeds"), "--plan", "seeds")
 
 
 def test_the_seeds_plan_scores_every_run_both_ways_and_bootstraps_the_families(dry_seeds):

@@ -56,22 +56,35 @@ def current() -> str:
     return words[2] if ok else ""
 
 
-def fetch_npm() -> None:
-    """Download mathjax@VERSION with `npm pack` and copy what the book needs into DEST."""
+def npm_pack(spec: str, folder: Path) -> Path:
+    """Download the npm package ``spec`` (name@version) with `npm pack` into ``folder``: its
+    tarball. RuntimeError when npm is missing or fails. (tools/fetch_ort.py uses it too.)"""
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("npm is not installed")
+    run = subprocess.run([npm, "pack", spec, "--silent", "--pack-destination", str(folder)],
+                         capture_output=True, text=True, timeout=600)
+    tarballs = list(folder.glob("*.tgz"))
+    if run.returncode != 0 or len(tarballs) != 1:
+        raise RuntimeError(f"`npm pack {spec}` failed: {(run.stderr or run.stdout).strip()[-1000:]}")
+    return tarballs[0]
+
+
+def replace_dir(staging: Path, dest: Path) -> None:
+    """Put the folder ``staging`` where ``dest`` is, replacing it."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(staging), dest)
+
+
+def fetch_npm() -> None:
+    """Download mathjax@VERSION with `npm pack` and copy what the book needs into DEST."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        run = subprocess.run([npm, "pack", f"mathjax@{VERSION}", "--silent",
-                              "--pack-destination", str(tmp)],
-                             capture_output=True, text=True, timeout=600)
-        tarballs = list(tmp.glob("mathjax-*.tgz"))
-        if run.returncode != 0 or len(tarballs) != 1:
-            raise RuntimeError(f"`npm pack mathjax@{VERSION}` failed: "
-                               f"{(run.stderr or run.stdout).strip()[-1000:]}")
+        tarball = npm_pack(f"mathjax@{VERSION}", tmp)
         staging = tmp / "mathjax"
-        with tarfile.open(tarballs[0]) as tar:
+        with tarfile.open(tarball) as tar:
             for member in tar.getmembers():
                 name = member.name.removeprefix("package/")
                 if name == "LICENSE":
@@ -89,10 +102,7 @@ def fetch_npm() -> None:
         if not (staging / "tex-mml-chtml.js").is_file():
             raise RuntimeError(f"mathjax@{VERSION} has no es5/tex-mml-chtml.js")
         (staging / "VERSION").write_text(f"mathjax {VERSION} npm\n")
-        if DEST.exists():
-            shutil.rmtree(DEST)
-        DEST.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staging), DEST)
+        replace_dir(staging, DEST)
 
 
 def write_cdn_loader() -> None:

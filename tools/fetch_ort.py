@@ -20,6 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from fetch_mathjax import npm_pack, replace_dir   # tools/ is the script's own folder
+
 VERSION = "1.30.0"
 SHA256 = "d2228df7e4616bc3348bf504ee888f3bec43789a273f0a63f3e68d203ce3bf71"   # of the npm tarball
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,33 +38,21 @@ def current() -> bool:
 
 
 def fetch() -> None:
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeError("npm is not installed")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        run = subprocess.run([npm, "pack", f"onnxruntime-web@{VERSION}", "--silent",
-                              "--pack-destination", str(tmp)], capture_output=True, text=True,
-                             timeout=600)
-        tarballs = list(tmp.glob("onnxruntime-web-*.tgz"))
-        if run.returncode != 0 or len(tarballs) != 1:
-            raise RuntimeError(f"`npm pack onnxruntime-web@{VERSION}` failed: "
-                               f"{(run.stderr or run.stdout).strip()[-1000:]}")
-        digest = hashlib.sha256(tarballs[0].read_bytes()).hexdigest()
+        tarball = npm_pack(f"onnxruntime-web@{VERSION}", tmp)
+        digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
         if digest != SHA256:
             raise RuntimeError(f"onnxruntime-web@{VERSION} has sha256 {digest}, not the pinned "
                                f"{SHA256}: refusing it")
         staging = tmp / "ort"
         staging.mkdir()
-        with tarfile.open(tarballs[0]) as tar:
+        with tarfile.open(tarball) as tar:
             for name in KEEP:
                 with tar.extractfile(f"package/{name}") as f, open(staging / Path(name).name, "wb") as g:
                     shutil.copyfileobj(f, g)
         (staging / "VERSION").write_text(f"onnxruntime-web {VERSION} {SHA256}\n")
-        if DEST.exists():
-            shutil.rmtree(DEST)
-        DEST.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staging), DEST)
+        replace_dir(staging, DEST)
 
 
 def main() -> int:

@@ -282,7 +282,7 @@ COMMANDS = ["__main__", "benchmarks", "book.course", "book.diagrams", "book.expl
             "commands.evaluate", "commands.train", "commands.translate", "data",
             "experiments.ablations", "experiments.beyond_runs", "experiments.evening",
             "experiments.exercise_runs", "experiments.gpu_run", "experiments.head_ablation",
-            "experiments.score_scales",
+            "experiments.score_scales", "experiments.speedrun",
             "experiments.toy_seeds", "experiments.translators"]
 
 

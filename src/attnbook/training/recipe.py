@@ -103,6 +103,18 @@ PRESETS = {
                             max_tokens=4096, max_steps=1400, warmup=300, eval_every=200,
                             beam_size=4, precision="auto",
                             snapshot_steps=(600, 1000, 1200, 1250, 1300, 1350), compile=False),
+    # the speedrun: cpu-base's model and recipe made fast on 2 CPU cores, to train in under 10
+    # minutes (`python -m attnbook.experiments.speedrun`, results/cpu/speedrun.json): bf16
+    # autocast (for a CPU with AVX-512 BF16 or AMX; on others bf16 is slower than float32), a
+    # 4,000-piece vocabulary, and as many steps as fit the minutes; its snapshots are placed by
+    # speedrun.snapshots, for checkpoint averaging.
+    "cpu-speedrun": TrainConfig(preset="cpu-speedrun",
+                                arch=TransformerConfig(vocab_size=4000, d_model=192, h=4,
+                                                       d_ff=768, n_layers=3, dropout=0.1,
+                                                       max_len=512),
+                                max_tokens=4096, max_steps=1150, warmup=300, eval_every=200,
+                                beam_size=4, precision="bf16",
+                                snapshot_steps=(383, 766, 990, 1030, 1070, 1110), compile=False),
     # the test suite's smoke run: seconds
     "smoke": TrainConfig(preset="smoke",
                          arch=TransformerConfig(vocab_size=1000, d_model=32, h=2, d_ff=64,
@@ -133,6 +145,7 @@ PEAK_LR = {
                  "gru-dot": 8e-3, "conv": 8e-3, "gru-additive-wide": 8e-3},
     "cpu-base": {"transformer": 3e-3, "decoder-only": 3e-3, "gru": 8e-3, "gru-additive": 8e-3,
                  "gru-dot": 4e-3},
+    "cpu-speedrun": {"transformer": 3e-3},
     "smoke": {m: 3e-3 for m in ALL_MODELS},
     "gpu-base": {"transformer": 512 ** -0.5 * 2000 ** -0.5,
                  "decoder-only": 512 ** -0.5 * 2000 ** -0.5,

@@ -1,0 +1,180 @@
+"""The speedrun (chapter 10): the evening model (``cpu-base``) made to train in under ten
+minutes on 2 CPU cores, one change at a time, each change measured before it is kept.
+
+    python -m attnbook.experiments.speedrun --out runs/speedrun --results results/cpu
+
+The command first measures each candidate's seconds per training step (``bench``: 15 steps
+after a few to warm up, 2 threads), then trains the LADDER's rows one after another with
+2 threads each, and scores every run as the cpu-base runs are scored
+(``scoring.score_base_run``: the average of the last k snapshots with the lowest validation loss,
+its validation BLEU and its test BLEU, with beam search and greedy).
+
+Each row of LADDER is the row above with one change, trained for as many steps as fit in ten
+minutes at the speed measured on the book's machine. A change is kept when the row's
+validation BLEU is above the row before it; the test set is scored but never chooses. The last
+row is the ``cpu-speedrun`` preset. REJECTED changes were measured by their speed only: they
+make a step no faster per token, so they cannot put more training in the same minutes.
+
+A run whose folder already holds its metrics is not trained again, so an interrupted command
+continues where it stopped; ``--merge`` adds a call's runs (say, more seeds) to speedrun.json.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from . import store
+from ..cli import Parser, add_common
+from ..training.recipe import override, preset
+from .registry import SEEDS
+from .scoring import score_base_run
+from .sweeps import score_all, summarise, tiny_run, train_all
+from ..utils import get_device
+
+MINUTES = 10
+
+
+def snapshots(steps: int) -> tuple:
+    """Where a run of ``steps`` steps saves its weights: at a third and two thirds of the way
+    (BLEU against minutes), and four times in its last 14 %, so that checkpoint averaging
+    (scoring.AVERAGE_SPAN: the last 15 %) can choose among the last 1 to 5."""
+    gap = int(0.14 * steps / 4)
+    return (steps // 3, 2 * steps // 3) + tuple(steps - k * gap for k in (4, 3, 2, 1))
+
+
+# (name, what changed, the preset, its changes, steps): steps for MINUTES at the measured speed
+# (bench in speedrun.json: 0.94, 0.59 and 0.49 s a step on the book's machine, 2 threads)
+LADDER = (
+    ("fit", "cpu-base fitted to 10 minutes: 600 steps, checkpoint averaging", "cpu-base", {}, 600),
+    ("bf16", "+ bf16 autocast: 950 steps", "cpu-base", {"precision": "bf16"}, 950),
+    ("vocab4000", "+ a 4,000-piece vocabulary: 1,150 steps (the cpu-speedrun preset)",
+     "cpu-speedrun", {}, 1150),
+)
+REJECTED = (
+    ("compile", "+ torch.compile (dynamic shapes)", "cpu-speedrun", {"compile": True}),
+    ("batch8192", "+ 8,192-token batches", "cpu-speedrun", {"max_tokens": 8192}),
+)
+
+
+def config(name: str, seed: int = 0):
+    """The TrainConfig of LADDER row or REJECTED change ``name`` with ``seed``."""
+    rows = {r[0]: r for r in LADDER + REJECTED}
+    _, _, base, changes, *steps = rows[name]
+    cfg = replace(override(preset(base), **changes), seed=seed)
+    if steps and steps[0] != cfg.max_steps:
+        cfg = replace(cfg, max_steps=steps[0], snapshot_steps=snapshots(steps[0]))
+    return cfg
+
+
+def bench(names, out: Path, steps: int = 15, threads: int = 2, data_dir=None) -> dict:
+    """Seconds per training step and target tokens per second of each config ``names``, over
+    ``steps`` steps after a warm-up (3 steps; 10 when compiled, whose first steps compile)."""
+    from ..training import loop
+    torch.set_num_threads(threads)
+    rows = {}
+    for name in names:
+        cfg = config(name)
+        run = loop.setup(cfg, out / f"bench_{name}", data_dir=data_dir, device=torch.device("cpu"))
+        for _ in range(10 if cfg.compile else 3):
+            loop.train_step(run)
+        start, tokens = time.perf_counter(), run.tokens_seen
+        for _ in range(steps):
+            loop.train_step(run)
+        seconds = time.perf_counter() - start
+        rows[name] = {"s_per_step": round(seconds / steps, 3),
+                      "target_tokens_per_s": round((run.tokens_seen - tokens) / seconds)}
+        print(f"{name}: {rows[name]['s_per_step']} s a step", flush=True)
+    return rows
+
+
+def summaries(runs: list[dict]) -> dict:
+    """Each row's mean and spread over its seeds."""
+    out = {}
+    for name in dict.fromkeys(r["row"] for r in runs):
+        mine = [r for r in runs if r["row"] == name]
+        out[name] = {k: summarise([r[k] for r in mine])
+                     for k in ("val_bleu", "test_bleu", "greedy_test_bleu", "train_minutes")}
+    return out
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m attnbook.experiments.speedrun",
+               description="The speedrun: cpu-base made to train in under ten minutes on 2 "
+                           "cores, one measured change at a time (chapter 10).")
+    p.add_argument("--rows", nargs="+", choices=[r[0] for r in LADDER],
+                   default=[r[0] for r in LADDER])
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
+    p.add_argument("--results", type=Path, help="folder for speedrun.json")
+    p.add_argument("--threads", type=int, default=2, help="PyTorch threads (default 2: the "
+                                                          "budget is for 2 cores)")
+    p.add_argument("--no-bench", action="store_true", help="skip the speed measurement "
+                   "(a --merge of more seeds keeps the file's)")
+    p.add_argument("--max-steps", type=int, help="the tests' tiny run: this many steps")
+    p.add_argument("--sentences", type=int, default=0,
+                   help="score only the first N sentences of each set (0 = all; the tests)")
+    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--merge", action="store_true", help="add these runs to --results' speedrun.json")
+    add_common(p, "device", "data-dir")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
+    args = p.parse_args(argv)
+    if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
+        p.error("give --out and --results relative to the repository (they are recorded in the "
+                "results, which must not name folders of the machine that made them)")
+    target = args.results / "speedrun.json" if args.results else None
+    if args.merge and not (target and target.is_file()):
+        p.error("--merge adds runs to an existing speedrun.json: give --results with its folder")
+    jobs = []
+    for name in args.rows:
+        for seed in args.seeds:
+            cfg = config(name, seed)
+            jobs.append((name, tiny_run(cfg, args.max_steps) if args.max_steps else cfg,
+                         args.out / f"{name}_seed{seed}"))
+    with store.record(store.command_line("attnbook.experiments.speedrun", argv),
+                      threads=args.threads, note=args.note) as call:
+        speeds = None
+        if not args.no_bench:
+            names = args.rows if args.max_steps else [r[0] for r in LADDER + REJECTED]
+            speeds = bench(names, args.out, 2 if args.max_steps else 15, args.threads,
+                           args.data_dir)       # the tests' tiny run: its rows, 2 steps
+        start = time.perf_counter()
+        train_all([(cfg, folder) for _, cfg, folder in jobs], 1, args.threads, args.data_dir,
+                  args.device)
+        call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
+        if not target:
+            return 0
+        runs = score_all(score_base_run, [folder for *_, folder in jobs], 1, args.threads,
+                         args.data_dir, args.sentences, str(get_device(args.device)))
+    call.hardware["cpu_threads"] = args.threads
+    for (name, cfg, _), r in zip(jobs, runs):
+        del r["hypotheses"], r["greedy_hypotheses"]
+        r.update(row=name, seed=cfg.seed, train_minutes=round(r["train_time_s"] / 60, 2))
+    result = {"minutes": MINUTES,
+              "ladder": [{"row": n, "change": c} for n, c, *_ in LADDER],
+              "rejected": [{"row": n, "change": c} for n, c, *_ in REJECTED],
+              "rule": "a change is kept when its row's validation BLEU (beam 4, the chosen "
+                      "checkpoint average) is above the row before it; rejected changes are no "
+                      "faster per token",
+              "bench": speeds, "runs": runs}
+    new = store.result("speedrun", result, call)
+    if args.merge:
+        old = store.read(target)
+        new = store.merge(old, new, "runs", by=("row", "seed"), same=("minutes",))
+        new["bench"] = {**(old.get("bench") or {}), **(speeds or {})}
+    new["summary"] = summaries(new["runs"])
+    store.write(target, new)
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The speedrun (attnbook.experiments.speedrun): each row of its ladder is the row above with one
+change, the last row is the cpu-speedrun preset, its snapshots leave checkpoint averaging its
+window, and the command (tiny) measures, trains, scores and merges."""
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from attnbook.__main__ import main
+from attnbook.experiments import store
+from attnbook.experiments.scoring import AVERAGE_LAST, AVERAGE_SPAN
+from attnbook.experiments.speedrun import LADDER, REJECTED, config, snapshots
+from attnbook.training.recipe import differences, preset
+
+needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
+                                reason="needs the Multi30k files (MULTI30K_DIR)")
+SCHEDULE = {"max_steps", "snapshot_steps", "preset"}     # what each row sets besides its change
+
+
+def test_each_row_is_the_row_above_with_one_change():
+    names = [r[0] for r in LADDER]
+    assert differences(asdict(config(names[0])), asdict(preset("cpu-base"))).keys() <= SCHEDULE
+    changed = []
+    for above, row in zip(names, names[1:]):
+        diff = set(differences(asdict(config(above)), asdict(config(row)))) - SCHEDULE
+        changed.append(diff)
+    assert changed == [{"precision"}, {"vocab_size"}]
+    assert asdict(config(names[-1], seed=2)) == asdict(preset("cpu-speedrun")) | {"seed": 2}
+    for name, *_ in REJECTED:           # and each rejected change is one change to the preset
+        assert len(differences(asdict(config(name)), asdict(preset("cpu-speedrun")))) == 1
+
+
+@pytest.mark.parametrize("steps", [600, 950, 1150, 1400])
+def test_the_snapshots_give_averaging_its_last_five(steps):
+    snaps = snapshots(steps)
+    assert list(snaps) == sorted(set(snaps)) and snaps[-1] < steps
+    window = [s for s in snaps + (steps,) if s >= (1 - AVERAGE_SPAN) * steps]
+    assert len(window) == AVERAGE_LAST
+    assert all(config(n).snapshot_steps == snapshots(config(n).max_steps) for n, *_ in LADDER)
+
+
+def test_the_rows_get_more_steps_as_their_steps_get_cheaper():
+    steps = [config(n).max_steps for n, *_ in LADDER]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+
+
+@needs_data
+def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "speedrun", "--tiny", "--out", "tiny"]) == 0
+    made = store.read(Path("tiny/speedrun.json"))
+    assert made["experiment"] == "speedrun"
+    assert store.Provenance.from_dict(made["calls"][0]).extra["ran"].startswith(
+        "python -m attnbook.experiments.speedrun")
+    assert [(r["row"], r["seed"]) for r in made["runs"]] == [("fit", 0), ("vocab4000", 0)]
+    assert set(made["bench"]) == {"fit", "vocab4000"}
+    assert all(b["s_per_step"] > 0 and b["target_tokens_per_s"] > 0 for b in made["bench"].values())
+    fast = made["runs"][1]["config"]
+    assert (fast["precision"], fast["arch"]["vocab_size"], fast["max_steps"]) == ("bf16", 4000, 2)
+    assert all(0 <= r["test_bleu"] <= 100 and r["train_minutes"] >= 0 for r in made["runs"])
+    assert made["summary"]["fit"]["test_bleu"]["n"] == 1
+    assert main(["run", "speedrun", "--tiny", "--out", "tiny", "--only", "fit"]) == 0
+    after = store.read(Path("tiny/speedrun.json"))
+    assert len(after["calls"]) == 2 and [r["row"] for r in after["runs"]] == ["fit", "vocab4000"]
+    assert after["runs"] == made["runs"]          # the finished runs are reused, not trained again

@@ -8,7 +8,8 @@
 
 :func:`scheduler` turns a factor into the ``LambdaLR`` that multiplies an optimiser's rate by it;
 :func:`warmup_cosine_scheduler` and :func:`warmup_lr_scheduler` are the two schedules so turned,
-the only ones the package builds (``train``, the graders and the small experiments use them).
+the only ones the package builds (the graders and the small experiments use them);
+:func:`training_scheduler` picks one of them by name for ``train`` (``TrainConfig.schedule``).
 """
 from __future__ import annotations
 
@@ -47,6 +48,18 @@ def scheduler(opt: torch.optim.Optimizer, factor: Callable[[int], float]):
 def warmup_cosine_scheduler(opt: torch.optim.Optimizer, warmup: int, steps: int):
     """The optimiser's rate times :func:`warmup_cosine` (the short runs of chapters 5-8, 10)."""
     return scheduler(opt, lambda s: warmup_cosine(s, warmup, steps))
+
+
+def training_scheduler(opt: torch.optim.Optimizer, schedule: str, peak_lr: float, warmup: int,
+                       steps: int):
+    """The rate of chapter 9's training (the optimiser's rate at 1.0): ``schedule``
+    "inverse-sqrt" is :func:`warmup_lr`; "cosine" is ``peak_lr`` times :func:`warmup_cosine`
+    over ``steps`` steps (the speedrun's, whose short budget ends at a rate near zero)."""
+    if schedule == "inverse-sqrt":
+        return warmup_lr_scheduler(opt, peak_lr, warmup)
+    if schedule == "cosine":
+        return scheduler(opt, lambda s: peak_lr * warmup_cosine(s, warmup, steps))
+    raise ValueError(f"unknown schedule {schedule!r}: choose inverse-sqrt or cosine")
 
 
 def warmup_lr_scheduler(opt: torch.optim.Optimizer, peak_lr: float, warmup: int):

@@ -34,7 +34,7 @@ from ..mha import attention_modules, recording
 from .recipe import TrainConfig, build_model, forward_logits
 from ..rnn import Seq2Seq
 from .runs import check_resumable, load_checkpoint, save_checkpoint, trim_log
-from ..schedules import warmup_lr_scheduler
+from ..schedules import training_scheduler
 from ..tokenizer import Tokenizer, multi30k_tokenizer
 from ..utils import (Precision, choose_precision, count_parameters, deterministic, get_device,
                     versions)
@@ -167,7 +167,7 @@ def setup(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         shutil.copyfile(data.tokenizer.model_file, out / "tokenizer.model")
     model = build_model(cfg).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = warmup_lr_scheduler(opt, cfg.peak_lr, cfg.warmup)   # lr = warmup_lr(step)
+    sched = training_scheduler(opt, cfg.schedule, cfg.peak_lr, cfg.warmup, cfg.max_steps)
     # bf16 / fp16 autocast or fp32 (utils.choose_precision); the GradScaler is a pass-through
     # unless the precision is fp16, so one code path serves all three.
     precision = choose_precision(device, cfg.precision)

@@ -49,6 +49,9 @@ class TrainConfig:
     max_steps: int = 20000
     warmup: int = 4000
     peak_lr: float = 512 ** -0.5 * 4000 ** -0.5  # reached at step `warmup` (the paper's: 7e-4)
+    # after the warm-up: "inverse-sqrt" (the paper's decay, schedules.warmup_lr) or "cosine"
+    # (schedules.warmup_cosine: to zero at max_steps, so a cosine run cannot be extended)
+    schedule: str = "inverse-sqrt"
     label_smoothing: float = 0.1
     clip: float = 1.0             # gradient-norm clipping; 0 turns it off
     seed: int = 0
@@ -234,6 +237,7 @@ def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
     return model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
 
 
+SCHEDULES = ("inverse-sqrt", "cosine")
 POSITIVE = ("vocab_size", "d_model", "h", "d_ff", "n_layers", "max_len", "max_tokens",
             "max_steps", "warmup", "eval_every", "beam_size", "accum_steps")
 NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha", "learned_std",
@@ -257,6 +261,9 @@ def check_config(cfg: TrainConfig, name=lambda field: field) -> None:
         raise ConfigError(f"{name('peak_lr')} must be positive, got {cfg.peak_lr}")
     if cfg.model not in ALL_MODELS:
         raise ConfigError(f"unknown model {cfg.model!r}; choose one of {', '.join(ALL_MODELS)}")
+    if cfg.schedule not in SCHEDULES:
+        raise ConfigError(f"{name('schedule')} {cfg.schedule!r}: choose one of "
+                          f"{', '.join(SCHEDULES)}")
     if cfg.precision not in PRECISIONS:
         raise ConfigError(f"{name('precision')} {cfg.precision!r}: choose one of "
                           f"{', '.join(PRECISIONS)}")
@@ -294,10 +301,12 @@ def upgrade_config(d: dict) -> dict:
     Runs saved before TrainConfig held ``arch`` saved it flat, the model's fields beside the
     recipe's: they go into ``arch``, with FLAT_DEFAULTS for those not saved. Older runs saved
     ``bf16`` (autocast on CUDA only), which ``precision`` replaced: True is "auto", False is
-    "fp32". JSON turned tuples into lists."""
+    "fp32"; runs saved before ``schedule`` existed decayed as inverse-sqrt. JSON turned tuples
+    into lists."""
     d = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
     if "bf16" in d:
         d.setdefault("precision", "auto" if d.pop("bf16") else "fp32")
+    d.setdefault("schedule", "inverse-sqrt")             # runs saved before it could be chosen
     if "arch" not in d:
         d["arch"] = {**FLAT_DEFAULTS, **{k: d.pop(k) for k in ARCH_FIELDS if k in d}}
     return d

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .recipe import TrainConfig, build_model, differences
+from .recipe import TrainConfig, build_model, differences, upgrade_config
 from ..tokenizer import Tokenizer, TokenizerError
 from ..utils import get_device
 
@@ -76,6 +76,10 @@ def check_resumable(ckpt: dict, cfg: dict, world: int, path: Path) -> None:
     processes: resuming with other options would silently train another run."""
     diff = [f"{k}: checkpoint {saved}, asked {asked}"
             for k, (saved, asked) in differences(ckpt["config"], cfg).items()]
+    saved = upgrade_config(ckpt["config"])
+    if saved["schedule"] == "cosine" and saved["max_steps"] != cfg["max_steps"]:
+        diff.append(f"max_steps: checkpoint {saved['max_steps']}, asked {cfg['max_steps']} (a "
+                    "cosine schedule ends at its max_steps, so its run cannot be extended)")
     if ckpt.get("world_size", 1) != world:
         diff.append(f"processes: checkpoint {ckpt.get('world_size', 1)}, asked {world}")
     if diff:

@@ -115,9 +115,9 @@ PRESETS = {
                                 arch=TransformerConfig(vocab_size=4000, d_model=192, h=4,
                                                        d_ff=768, n_layers=3, dropout=0.1,
                                                        max_len=512),
-                                max_tokens=4096, max_steps=1150, warmup=300, eval_every=200,
+                                max_tokens=4096, max_steps=1100, warmup=300, eval_every=200,
                                 beam_size=4, precision="bf16",
-                                snapshot_steps=(383, 766, 990, 1030, 1070, 1110), compile=False),
+                                snapshot_steps=(366, 733, 948, 986, 1024, 1062), compile=False),
     # the test suite's smoke run: seconds
     "smoke": TrainConfig(preset="smoke",
                          arch=TransformerConfig(vocab_size=1000, d_model=32, h=2, d_ff=64,

@@ -68,6 +68,8 @@ def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
     assert (fast["precision"], fast["arch"]["vocab_size"], fast["max_steps"]) == ("bf16", 4000, 2)
     assert all(0 <= r["test_bleu"] <= 100 and r["train_minutes"] >= 0 for r in made["runs"])
     assert made["summary"]["fit"]["test_bleu"]["n"] == 1
+    assert made["kept"] == {"fit": True, "vocab4000": False}    # its parent (bf16) was not trained
+    assert {r["row"]: r["parent"] for r in made["ladder"]}["vocab4000"] == "bf16"
     assert main(["run", "speedrun", "--tiny", "--out", "tiny", "--only", "fit"]) == 0
     after = store.read(Path("tiny/speedrun.json"))
     assert len(after["calls"]) == 2 and [r["row"] for r in after["runs"]] == ["fit", "vocab4000"]

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         del r["hypotheses"], r["greedy_hypotheses"]
         r.update(row=name, seed=cfg.seed, train_minutes=round(r["train_time_s"] / 60, 2))
     result = {"minutes": MINUTES,
-              "ladder": [{"row": n, "change": c} for n, c, *_ in LADDER],
+              "ladder": [{"row": n, "change": c, "parent": parent} for n, c, parent, *_ in LADDER],
               "rejected": [{"row": n, "change": c} for n, c, *_ in REJECTED],
               "rule": "a change is kept when its row's validation BLEU (beam 4, the chosen "
                       "checkpoint average) is above the row before it; rejected changes are no "
@@ -193,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         new = store.merge(old, new, "runs", by=("row", "seed"), same=("minutes",))
         names = {r[0] for r in LADDER + REJECTED}       # a call's bench measures every row
         new["bench"] = {k: v for k, v in (speeds or old.get("bench") or {}).items() if k in names}
+        new["runs"] = [r for r in new["runs"] if r["row"] in names]   # rows of today's ladder
     new["summary"] = summaries(new["runs"])
+    new["kept"] = verdicts(new["runs"])
     store.write(target, new)
     print(f"wrote {target}")
     return 0

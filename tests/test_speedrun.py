@@ -42,15 +42,20 @@ def test_the_faster_rows_get_more_steps():
     assert steps == sorted(steps) and len(set(steps)) == len(steps)
 
 
-def test_a_row_is_kept_when_it_beats_its_parent_and_its_parent_was_kept():
+def test_a_row_is_kept_when_it_beats_its_kept_parent_over_the_seeds_both_have():
     val = {"fit": 30, "bf16": 33, "vocab4000": 35, "cosine": 34, "cosine-peak5e-3": 34.5}
     runs = [{"row": n, "seed": 0, "val_bleu": v} for n, v in val.items()]
-    runs.append({"row": "cosine", "seed": 1, "val_bleu": 99})     # seed 0 decides
     assert verdicts(runs) == {"fit": True, "bf16": True, "vocab4000": True, "cosine": False,
                               "cosine-peak5e-3": False}      # above its parent, which was not kept
     runs[1]["val_bleu"] = 29                                        # bf16 below fit
     assert verdicts(runs) == {n: n == "fit" for n in val}
     assert verdicts(runs[:1]) == {"fit": True}                      # rows not yet trained: absent
+    runs[1]["val_bleu"] = 33
+    runs += [{"row": "bf16", "seed": 1, "val_bleu": 40},            # the seeds both rows have
+             {"row": "vocab4000", "seed": 1, "val_bleu": 36},       # decide: (35 + 36) / 2 is
+             {"row": "bf16", "seed": 2, "val_bleu": 0}]             # below (33 + 40) / 2
+    assert verdicts(runs) == {"fit": True, "bf16": True, "vocab4000": False, "cosine": False,
+                              "cosine-peak5e-3": False}
 
 
 @needs_data
@@ -69,6 +74,7 @@ def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
     assert all(0 <= r["test_bleu"] <= 100 and r["train_minutes"] >= 0 for r in made["runs"])
     assert made["summary"]["fit"]["test_bleu"]["n"] == 1
     assert made["kept"] == {"fit": True, "vocab4000": False}    # its parent (bf16) was not trained
+    assert made["preset_row"] == PRESET_ROW
     assert {r["row"]: r["parent"] for r in made["ladder"]}["vocab4000"] == "bf16"
     assert main(["run", "speedrun", "--tiny", "--out", "tiny", "--only", "fit"]) == 0
     after = store.read(Path("tiny/speedrun.json"))

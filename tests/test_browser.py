@@ -678,6 +678,10 @@ def test_translator_page(site, html_dir, visit, screenshots, tmp_path):
             page.click(".tr-row button")
             page.wait_for_function(SETTLED_TRANSLATOR, timeout=30_000)
             seconds[k] = min(seconds[k], time.perf_counter() - t0)
+        page.select_option("select[aria-label=decoding]", "4")     # back to the last sentence
+        page.fill("#tr-source", sentences[0])                       # and decoding, which the
+        page.click(".tr-row button")                                # head switch translates again
+        page.wait_for_function(SETTLED_TRANSLATOR, timeout=30_000)
     page.uncheck("input[data-head='cross/3/1']")
     page.wait_for_function("() => document.querySelector('.attn-translator').hasAttribute('data-ablated')",
                            timeout=30_000)

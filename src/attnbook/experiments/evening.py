@@ -22,11 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import store
-from ..cli import Parser, add_common
+from ..cli import Parser
 from ..data import load_multi30k
 from ..training.recipe import ALL_MODELS, preset
 from .registry import SEEDS
-from .sweeps import score_all, summarise, tiny_run, train_all
+from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
 from .scoring import merge_bootstrap, paired_bootstrap, score_base_run
 from ..utils import get_device
 
@@ -97,16 +97,7 @@ def parser() -> Parser:
                            "one run at a time: chapter 10's evening scale.")
     p.add_argument("--models", nargs="+", choices=ALL_MODELS, default=["transformer"])
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
-    p.add_argument("--results", type=Path, help="folder for evening.json")
-    p.add_argument("--threads", type=int, default=2, help="PyTorch threads (default 2: the "
-                                                          "preset's budget is for 2 cores)")
-    p.add_argument("--max-steps", type=int, help="the tests' tiny run: this many steps")
-    p.add_argument("--sentences", type=int, default=0,
-                   help="score only the first N sentences of each set (0 = all; the tests)")
-    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--merge", action="store_true", help="add these runs to --results' evening.json")
-    add_common(p, "device", "data-dir")
+    add_run_options(p, "evening")
     return p
 
 
@@ -114,12 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = parser()
     args = p.parse_args(argv)
-    if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
-        p.error("give --out and --results relative to the repository (they are recorded in the "
-                "results, which must not name folders of the machine that made them)")
-    target = args.results / "evening.json" if args.results else None
-    if args.merge and not (target and target.is_file()):
-        p.error("--merge adds runs to an existing evening.json: give --results with its folder")
+    target = results_file(p, args, "evening")
     jobs = evening_jobs(args.models, args.seeds, args.out, args.max_steps)
     with store.record(store.command_line("attnbook.experiments.evening", argv),
                       threads=args.threads, note=args.note) as call:

@@ -7,6 +7,8 @@ ablations (``ablations``, ``head_ablation``) share.
 * :func:`score_all` scores run folders the same way with a scoring function, caching each row in
   the folder (``score_<kind>.json``); :func:`open_run` is how a scoring function opens its run.
 * :func:`summarise` (mean and spread over seeds); :func:`tiny_run` (a preset cut short for the tests).
+* :func:`add_run_options` and :func:`results_file`: the options and checks of the commands that
+  train one run at a time into a result file (``evening``, ``speedrun``).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..cli import add_common
 from ..data import load_multi30k
 from ..training.recipe import same_run
 from ..training.runs import load_run
@@ -116,3 +119,30 @@ def summarise(values: list[float]) -> dict:
     t = torch.tensor(values, dtype=torch.float64)
     return {"mean": round(float(t.mean()), 2), "std": round(float(t.std()), 2) if len(values) > 1 else 0.0,
             "min": min(values), "max": max(values), "n": len(values)}
+
+
+def add_run_options(p, name: str) -> None:
+    """The options of a command that trains runs one at a time into ``<name>.json``: where the
+    runs and the result go, threads, the tests' tiny run, a note and ``--merge``."""
+    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
+    p.add_argument("--results", type=Path, help=f"folder for {name}.json")
+    p.add_argument("--threads", type=int, default=2, help="PyTorch threads (default 2: the "
+                                                          "budget is for 2 cores)")
+    p.add_argument("--max-steps", type=int, help="the tests' tiny run: this many steps")
+    p.add_argument("--sentences", type=int, default=0,
+                   help="score only the first N sentences of each set (0 = all; the tests)")
+    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
+    p.add_argument("--merge", action="store_true", help=f"add these runs to --results' {name}.json")
+    add_common(p, "device", "data-dir")
+
+
+def results_file(p, args, name: str) -> Path | None:
+    """``--results``' ``<name>.json`` (None without --results), after checking that the folders
+    are relative (they are recorded in the result) and that ``--merge`` has a file to add to."""
+    if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
+        p.error("give --out and --results relative to the repository (they are recorded in the "
+                "results, which must not name folders of the machine that made them)")
+    target = args.results / f"{name}.json" if args.results else None
+    if args.merge and not (target and target.is_file()):
+        p.error(f"--merge adds runs to an existing {name}.json: give --results with its folder")
+    return target

@@ -50,7 +50,7 @@ vendor: $(STAMP)
 test: $(STAMP) vendor
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
-	    -p no:cacheprovider -q -ra
+	    -p no:cacheprovider -q -ra --durations=15
 
 lab: $(STAMP)
 	$(PY) -m pip install --quiet jupyterlab

@@ -1,6 +1,7 @@
 """The speedrun (attnbook.experiments.speedrun): each row of its ladder is the row above with one
 change, the last row is the cpu-speedrun preset, its snapshots leave checkpoint averaging its
 window, and the command (tiny) measures, trains, scores and merges."""
+import json
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -10,7 +11,8 @@ import pytest
 from attnbook.__main__ import main
 from attnbook.experiments import store
 from attnbook.experiments.scoring import AVERAGE_LAST, AVERAGE_SPAN
-from attnbook.experiments.speedrun import LADDER, PRESET_ROW, REJECTED, config, snapshots, verdicts
+from attnbook.experiments.speedrun import (LADDER, LONGER, PRESET_ROW, REJECTED, config,
+                                           snapshots, verdicts)
 from attnbook.training.recipe import differences, preset
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
@@ -26,6 +28,16 @@ def test_each_row_is_its_parent_with_one_change():
     assert asdict(config(PRESET_ROW, seed=2)) == asdict(preset("cpu-speedrun")) | {"seed": 2}
     for name, *_ in REJECTED:           # and each rejected change is one change to the preset
         assert len(differences(asdict(config(name)), asdict(preset("cpu-speedrun")))) == 1
+
+
+def test_a_longer_row_is_the_run_it_resumes_trained_on():
+    for name, _, parent, steps in LONGER:
+        assert not differences(asdict(config(name)), asdict(config(parent)))   # resumable
+        assert config(name).max_steps == steps > config(parent).max_steps
+        window = [s for s in config(name).snapshot_steps + (steps,)
+                  if s >= (1 - AVERAGE_SPAN) * steps]
+        assert len(window) == AVERAGE_LAST and min(config(name).snapshot_steps) > \
+            config(parent).max_steps                   # saved by the resumed run, not before it
 
 
 @pytest.mark.parametrize("steps", [600, 950, 1100, 1400])
@@ -66,18 +78,30 @@ def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
     assert made["experiment"] == "speedrun"
     assert store.Provenance.from_dict(made["calls"][0]).extra["ran"].startswith(
         "python -m attnbook.experiments.speedrun")
-    assert [(r["row"], r["seed"]) for r in made["runs"]] == [("fit", 0), ("vocab4000", 0)]
-    assert set(made["bench"]) == {"fit", "vocab4000"}
+    assert [(r["row"], r["seed"]) for r in made["runs"]] == [("vocab4000", 0), ("steps1600", 0)]
+    assert set(made["bench"]) == {"vocab4000"}            # a longer row's steps are the preset's
     assert all(b["s_per_step"] > 0 and b["target_tokens_per_s"] > 0 for b in made["bench"].values())
-    fast = made["runs"][1]["config"]
+    fast, longer = (r["config"] for r in made["runs"])
     assert (fast["precision"], fast["arch"]["vocab_size"], fast["max_steps"]) == ("bf16", 4000, 2)
+    assert longer["max_steps"] == 4 and not differences(fast, longer)
+    logged = [json.loads(line)["step"] for line in open("tiny/runs/steps1600_seed0/log.jsonl")]
+    assert logged == [2, 4]                 # the parent's evaluation at step 2, then its own
     assert all(0 <= r["test_bleu"] <= 100 and r["train_minutes"] >= 0 for r in made["runs"])
-    assert made["summary"]["fit"]["test_bleu"]["n"] == 1
-    assert made["kept"] == {"fit": True, "vocab4000": False}    # its parent (bf16) was not trained
+    assert made["summary"]["vocab4000"]["test_bleu"]["n"] == 1
+    assert made["kept"] == {"vocab4000": False}          # its parent (bf16) was not trained
     assert made["preset_row"] == PRESET_ROW
     assert {r["row"]: r["parent"] for r in made["ladder"]}["vocab4000"] == "bf16"
-    assert main(["run", "speedrun", "--tiny", "--out", "tiny", "--only", "fit"]) == 0
+    assert {r["row"]: r["resumes"] for r in made["longer"]}["steps1600"] == PRESET_ROW
+    assert main(["run", "speedrun", "--tiny", "--out", "tiny", "--only", "vocab4000"]) == 0
     after = store.read(Path("tiny/speedrun.json"))
-    assert len(after["calls"]) == 2 and after["calls"][1]["rows"] == ["fit/0"]
+    assert len(after["calls"]) == 2 and after["calls"][1]["rows"] == ["vocab4000/0"]
     key = lambda r: (r["row"], r["seed"])                                          # noqa: E731
     assert sorted(after["runs"], key=key) == sorted(made["runs"], key=key)   # reused, not trained again
+
+
+@needs_data
+def test_a_longer_row_waits_for_the_run_it_resumes(tmp_path):
+    from attnbook.experiments.speedrun import main as speedrun
+    with pytest.raises(SystemExit, match="train its row first"):
+        speedrun(["--rows", "steps2000", "--seeds", "0", "--max-steps", "2", "--no-bench",
+                  "--out", os.path.relpath(tmp_path)])

@@ -3,7 +3,7 @@ minutes on 2 CPU cores, one change at a time, each change measured before it is 
 
     python -m attnbook.experiments.speedrun --out runs/speedrun --results results/cpu
 
-The command first measures each candidate's seconds per training step (``bench``: 15 steps
+The command first measures each candidate's seconds per training step (``bench``: 30 steps
 after a few to warm up, 2 threads), then trains the LADDER's rows one after another with
 2 threads each, and scores every run as the cpu-base runs are scored
 (``scoring.score_base_run``: the average of the last k snapshots with the lowest validation loss,
@@ -22,6 +22,7 @@ continues where it stopped; ``--merge`` adds a call's runs (say, more seeds) to 
 """
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -30,11 +31,11 @@ from pathlib import Path
 import torch
 
 from . import store
-from ..cli import Parser, add_common
+from ..cli import Parser
 from ..training.recipe import override, preset
 from .registry import SEEDS
 from .scoring import score_base_run
-from .sweeps import score_all, summarise, tiny_run, train_all
+from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
 from ..utils import get_device
 
 MINUTES = 10
@@ -59,6 +60,7 @@ LADDER = (
     ("vocab4000", "+ a 4,000-piece vocabulary: 1,100 steps", "bf16", {"vocab_size": 4000}, 1100),
     ("cosine", "+ a cosine decay to zero", "vocab4000", {"schedule": "cosine"}, 1100),
     ("cosine-peak5e-3", "+ a peak rate of 5e-3", "cosine", {"peak_lr": 5e-3}, 1100),
+    ("dropout0", "+ no dropout: 1,200 steps", "vocab4000", {"dropout": 0.0}, 1200),
 )
 PRESET_ROW = "vocab4000"          # the row the cpu-speedrun preset is
 # Changes measured by their speed only, each on the preset's row.
@@ -66,11 +68,25 @@ REJECTED = (
     ("compile", "+ torch.compile (dynamic shapes)", PRESET_ROW, {"compile": True}),
     ("batch8192", "+ 8,192-token batches", PRESET_ROW, {"max_tokens": 8192}),
 )
+# The preset trained on past ten minutes, to see how long its recipe takes to 40 BLEU: each
+# row's runs resume the last checkpoints of the row it names, in folders of their own. The
+# inverse-sqrt rate does not depend on max_steps, so a resumed run is the run a longer preset
+# would train. (name, what changed, the row it resumes, steps)
+LONGER = (
+    ("steps1600", "the preset trained on to 1,600 steps", PRESET_ROW, 1600),
+    ("steps2000", "the preset trained on to 2,000 steps", "steps1600", 2000),
+)
 
 
 def config(name: str, seed: int = 0):
-    """The TrainConfig of LADDER row or REJECTED change ``name`` with ``seed``: its parent's
-    with its change and its steps (and snapshots for them)."""
+    """The TrainConfig of LADDER row, REJECTED change or LONGER row ``name`` with ``seed``: its
+    parent's with its change and its steps (and snapshots for them; a LONGER row's only in its
+    averaging window, as its curve is the rows before it)."""
+    longer = {r[0]: r for r in LONGER}
+    if name in longer:
+        steps = longer[name][3]
+        return replace(config(longer[name][2], seed), max_steps=steps,
+                       snapshot_steps=snapshots(steps)[2:])
     rows = {r[0]: r for r in LADDER + REJECTED}
     _, _, parent, changes, *steps = rows[name]
     cfg = preset("cpu-base") if parent is None else replace(config(parent),
@@ -81,7 +97,20 @@ def config(name: str, seed: int = 0):
     return cfg
 
 
-def bench(names, out: Path, steps: int = 15, threads: int = 2, data_dir=None) -> dict:
+def resume_from(parent: Path, folder: Path) -> None:
+    """Start a LONGER row's run in ``folder`` from the run in ``parent``: its last checkpoint,
+    log and tokenizer (not its metrics, scores or snapshots, which are the parent's)."""
+    if (folder / "checkpoint.pt").is_file():
+        return                                  # started before: train_all resumes it
+    if not (parent / "metrics.json").is_file():
+        raise SystemExit(f"{folder.name} resumes {parent}, which has not finished: train its "
+                         "row first (give both rows to --rows)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("checkpoint.pt", "log.jsonl", "tokenizer.model"):
+        shutil.copy2(parent / name, folder / name)
+
+
+def bench(names, out: Path, steps: int = 30, threads: int = 2, data_dir=None) -> dict:
     """Seconds per training step and target tokens per second of each config ``names``, over
     ``steps`` steps after a warm-up (3 steps; 10 when compiled, whose first steps compile)."""
     from ..training import loop
@@ -134,21 +163,12 @@ def parser() -> Parser:
     p = Parser(prog="python -m attnbook.experiments.speedrun",
                description="The speedrun: cpu-base made to train in under ten minutes on 2 "
                            "cores, one measured change at a time (chapter 10).")
-    p.add_argument("--rows", nargs="+", choices=[r[0] for r in LADDER],
-                   default=[r[0] for r in LADDER])
+    rows = [r[0] for r in LADDER + LONGER]
+    p.add_argument("--rows", nargs="+", choices=rows, default=rows)
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
-    p.add_argument("--results", type=Path, help="folder for speedrun.json")
-    p.add_argument("--threads", type=int, default=2, help="PyTorch threads (default 2: the "
-                                                          "budget is for 2 cores)")
+    add_run_options(p, "speedrun")
     p.add_argument("--no-bench", action="store_true", help="skip the speed measurement "
                    "(a --merge of more seeds keeps the file's)")
-    p.add_argument("--max-steps", type=int, help="the tests' tiny run: this many steps")
-    p.add_argument("--sentences", type=int, default=0,
-                   help="score only the first N sentences of each set (0 = all; the tests)")
-    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--merge", action="store_true", help="add these runs to --results' speedrun.json")
-    add_common(p, "device", "data-dir")
     return p
 
 
@@ -156,28 +176,31 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = parser()
     args = p.parse_args(argv)
-    if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
-        p.error("give --out and --results relative to the repository (they are recorded in the "
-                "results, which must not name folders of the machine that made them)")
-    target = args.results / "speedrun.json" if args.results else None
-    if args.merge and not (target and target.is_file()):
-        p.error("--merge adds runs to an existing speedrun.json: give --results with its folder")
+    target = results_file(p, args, "speedrun")
+    longer = {r[0]: r[2] for r in LONGER}               # a LONGER row: the row it resumes
     jobs = []
-    for name in args.rows:
+    for name in sorted(args.rows, key=p.get_default("rows").index):
         for seed in args.seeds:
             cfg = config(name, seed)
-            jobs.append((name, tiny_run(cfg, args.max_steps) if args.max_steps else cfg,
-                         args.out / f"{name}_seed{seed}"))
+            if args.max_steps:      # the tests' tiny run: a LONGER row adds max_steps to its parent's
+                parent, steps = longer.get(name), args.max_steps
+                while parent:
+                    parent, steps = longer.get(parent), steps + args.max_steps
+                cfg = replace(tiny_run(cfg, steps), warmup=min(cfg.warmup, args.max_steps))
+            jobs.append((name, cfg, args.out / f"{name}_seed{seed}"))
     with store.record(store.command_line("attnbook.experiments.speedrun", argv),
                       threads=args.threads, note=args.note) as call:
         speeds = None
         if not args.no_bench:
-            names = args.rows if args.max_steps else [r[0] for r in LADDER + REJECTED]
-            speeds = bench(names, args.out, 2 if args.max_steps else 15, args.threads,
+            names = ([n for n in args.rows if n not in longer] if args.max_steps
+                     else [r[0] for r in LADDER + REJECTED])
+            speeds = bench(names, args.out, 2 if args.max_steps else 30, args.threads,
                            args.data_dir)       # the tests' tiny run: its rows, 2 steps
         start = time.perf_counter()
-        train_all([(cfg, folder) for _, cfg, folder in jobs], 1, args.threads, args.data_dir,
-                  args.device)
+        for name, cfg, folder in jobs:      # in the rows' order: a LONGER row after its parent
+            if name in longer:
+                resume_from(args.out / f"{longer[name]}_seed{cfg.seed}", folder)
+            train_all([(cfg, folder)], 1, args.threads, args.data_dir, args.device)
         call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
         if not target:
             return 0
@@ -190,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"minutes": MINUTES,
               "ladder": [{"row": n, "change": c, "parent": parent} for n, c, parent, *_ in LADDER],
               "rejected": [{"row": n, "change": c} for n, c, *_ in REJECTED],
+              "longer": [{"row": n, "change": c, "resumes": parent} for n, c, parent, _ in LONGER],
               "rule": "a row is kept when the row it changes was kept and its mean validation "
                       "BLEU (beam 4, each run's chosen checkpoint average) over the seeds both "
                       "have is above that row's; rejected changes were measured by speed only",
@@ -200,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         new = store.merge(old, new, "runs", by=("row", "seed"), same=("minutes",))
         names = {r[0] for r in LADDER + REJECTED}       # a call's bench measures every row
         new["bench"] = {k: v for k, v in (speeds or old.get("bench") or {}).items() if k in names}
+        names |= set(longer)
         new["runs"] = [r for r in new["runs"] if r["row"] in names]   # rows of today's ladder
     new["summary"] = summaries(new["runs"])
     new["kept"] = verdicts(new["runs"])

@@ -11,8 +11,8 @@ import pytest
 from attnbook.__main__ import main
 from attnbook.experiments import store
 from attnbook.experiments.scoring import AVERAGE_LAST, AVERAGE_SPAN
-from attnbook.experiments.speedrun import (LADDER, LONGER, PRESET_ROW, REJECTED, config,
-                                           snapshots, verdicts)
+from attnbook.experiments.speedrun import (LADDER, LONGER, PRESET_ROW, REJECTED, against_evening,
+                                           config, snapshots, verdicts)
 from attnbook.training.recipe import differences, preset
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
@@ -105,3 +105,28 @@ def test_a_longer_row_waits_for_the_run_it_resumes(tmp_path):
     with pytest.raises(SystemExit, match="train its row first"):
         speedrun(["--rows", "steps2000", "--seeds", "0", "--max-steps", "2", "--no-bench",
                   "--out", os.path.relpath(tmp_path)])
+
+
+def test_each_row_is_compared_with_the_evening_model_seed_with_seed():
+    refs = [f"a dog runs on the beach number {i}" for i in range(20)]
+    wrong = [f"a cat sleeps in a house {i}" for i in range(20)]
+    evening = [{"seed": k, "hypotheses": refs, "greedy_hypotheses": wrong} for k in (0, 1)]
+    runs = [{"row": "vocab4000", "seed": k, "hypotheses": wrong, "greedy_hypotheses": refs}
+            for k in (0, 1)] + [{"row": "steps1600", "seed": 1, "hypotheses": refs,
+                                 "greedy_hypotheses": refs}]
+    rows = {(r["b"], r["seed"], r["decoding"]): r for r in against_evening(runs, evening, refs)}
+    assert set(rows) == {(b, k, d) for b, k in (("vocab4000", 0), ("vocab4000", 1),
+                                                 ("steps1600", 1)) for d in ("beam", "greedy")}
+    assert all(r["a"] == "evening" for r in rows.values())
+    beam, greedy = rows["vocab4000", 0, "beam"], rows["vocab4000", 0, "greedy"]
+    assert beam["bleu_a"] == 100 and beam["bleu_b"] < 10 and beam["p_value"] < 0.05  # evening better
+    assert greedy["bleu_b"] == 100 and greedy["bleu_a"] < 10 and greedy["p_value"] < 0.05
+    assert rows["steps1600", 1, "beam"]["bleu_a"] == rows["steps1600", 1, "beam"]["bleu_b"]
+
+
+def test_a_comparison_with_missing_evening_runs_says_what_to_run(tmp_path, capsys):
+    from attnbook.experiments.speedrun import main as speedrun
+    with pytest.raises(SystemExit):
+        speedrun(["--rows", "vocab4000", "--out", "runs", "--evening",
+                  os.path.relpath(tmp_path)])
+    assert "python -m attnbook run evening" in capsys.readouterr().err

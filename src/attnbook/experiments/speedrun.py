@@ -32,9 +32,10 @@ import torch
 
 from . import store
 from ..cli import Parser
+from ..data import load_multi30k
 from ..training.recipe import override, preset
 from .registry import SEEDS
-from .scoring import score_base_run
+from .scoring import paired_bootstrap, score_base_run
 from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
 from ..utils import get_device
 
@@ -110,6 +111,19 @@ def resume_from(parent: Path, folder: Path) -> None:
         shutil.copy2(parent / name, folder / name)
 
 
+def row_config(name: str, seed: int, tiny: int | None = None):
+    """config(name, seed), or with ``tiny`` the tests' tiny run: ``tiny`` steps, and a LONGER
+    row ``tiny`` more than the row it resumes."""
+    cfg = config(name, seed)
+    if not tiny:
+        return cfg
+    parents = {r[0]: r[2] for r in LONGER}
+    parent, steps = parents.get(name), tiny
+    while parent:
+        parent, steps = parents.get(parent), steps + tiny
+    return replace(tiny_run(cfg, steps), warmup=min(cfg.warmup, tiny))
+
+
 def bench(names, out: Path, steps: int = 30, threads: int = 2, data_dir=None) -> dict:
     """Seconds per training step and target tokens per second of each config ``names``, over
     ``steps`` steps after a warm-up (3 steps; 10 when compiled, whose first steps compile)."""
@@ -159,6 +173,22 @@ def summaries(runs: list[dict]) -> dict:
     return out
 
 
+def against_evening(runs: list[dict], evening: list[dict], refs: list[str]) -> list[dict]:
+    """sacreBLEU's paired bootstrap of every row of ``runs`` against the evening model's
+    ``evening`` runs, seed with seed, beam search and greedy (scoring.paired_bootstrap). Each run
+    has its ``seed`` and its test translations (``hypotheses``, ``greedy_hypotheses``); a
+    speedrun run its ``row`` too. In the rows, ``a`` is "evening" and ``b`` the speedrun's row."""
+    def as_model(r, name):
+        return {"model": name, "seed": r["seed"], "hypotheses_at_step": {
+            "end": {"beam": r["hypotheses"], "greedy": r["greedy_hypotheses"]}}}
+    base = [as_model(r, "evening") for r in evening]
+    out = []
+    for name in dict.fromkeys(r["row"] for r in runs):
+        out += paired_bootstrap(base + [as_model(r, name) for r in runs if r["row"] == name],
+                                refs, ["evening", name])
+    return out
+
+
 def parser() -> Parser:
     p = Parser(prog="python -m attnbook.experiments.speedrun",
                description="The speedrun: cpu-base made to train in under ten minutes on 2 "
@@ -167,6 +197,8 @@ def parser() -> Parser:
     p.add_argument("--rows", nargs="+", choices=rows, default=rows)
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     add_run_options(p, "speedrun")
+    p.add_argument("--evening", type=Path, help="the evening runs' folder (runs/evening): compare "
+                   "every row with its transformer_seed<k> runs by sacreBLEU's paired bootstrap")
     p.add_argument("--no-bench", action="store_true", help="skip the speed measurement "
                    "(a --merge of more seeds keeps the file's)")
     return p
@@ -177,17 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     target = results_file(p, args, "speedrun")
+    evening = [args.evening / f"transformer_seed{seed}" for seed in args.seeds] if args.evening \
+        else []
+    if args.evening and args.evening.is_absolute():
+        p.error("give --evening relative to the repository (it is recorded in the results)")
+    if any(not (f / "metrics.json").is_file() for f in evening):
+        p.error(f"--evening {args.evening} lacks a finished run of a seed in {args.seeds}: train "
+                "them with `python -m attnbook run evening`, or leave --evening out")
     longer = {r[0]: r[2] for r in LONGER}               # a LONGER row: the row it resumes
-    jobs = []
-    for name in sorted(args.rows, key=p.get_default("rows").index):
-        for seed in args.seeds:
-            cfg = config(name, seed)
-            if args.max_steps:      # the tests' tiny run: a LONGER row adds max_steps to its parent's
-                parent, steps = longer.get(name), args.max_steps
-                while parent:
-                    parent, steps = longer.get(parent), steps + args.max_steps
-                cfg = replace(tiny_run(cfg, steps), warmup=min(cfg.warmup, args.max_steps))
-            jobs.append((name, cfg, args.out / f"{name}_seed{seed}"))
+    jobs = [(name, cfg, args.out / f"{name}_seed{cfg.seed}")
+            for name in sorted(args.rows, key=p.get_default("rows").index)
+            for cfg in (row_config(name, seed, args.max_steps) for seed in args.seeds)]
     with store.record(store.command_line("attnbook.experiments.speedrun", argv),
                       threads=args.threads, note=args.note) as call:
         speeds = None
@@ -206,10 +238,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         runs = score_all(score_base_run, [folder for *_, folder in jobs], 1, args.threads,
                          args.data_dir, args.sentences, str(get_device(args.device)))
+        for (name, cfg, _), r in zip(jobs, runs):
+            r.update(row=name, seed=cfg.seed, train_minutes=round(r["train_time_s"] / 60, 2))
+        bootstrap = []
+        if evening:
+            base = score_all(score_base_run, evening, 1, args.threads, args.data_dir,
+                             args.sentences, str(get_device(args.device)))
+            for seed, r in zip(args.seeds, base):
+                r["seed"] = seed
+            test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
+            bootstrap = against_evening(runs, base, [t for _, t in test][:args.sentences or None])
     call.hardware["cpu_threads"] = args.threads
-    for (name, cfg, _), r in zip(jobs, runs):
+    for r in runs:
         del r["hypotheses"], r["greedy_hypotheses"]
-        r.update(row=name, seed=cfg.seed, train_minutes=round(r["train_time_s"] / 60, 2))
     result = {"minutes": MINUTES,
               "ladder": [{"row": n, "change": c, "parent": parent} for n, c, parent, *_ in LADDER],
               "rejected": [{"row": n, "change": c} for n, c, *_ in REJECTED],
@@ -217,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
               "rule": "a row is kept when the row it changes was kept and its mean validation "
                       "BLEU (beam 4, each run's chosen checkpoint average) over the seeds both "
                       "have is above that row's; rejected changes were measured by speed only",
-              "bench": speeds, "runs": runs}
+              "bootstrap_rule": "sacreBLEU's paired bootstrap (1,000 resamples of the test set) "
+                                "of each row against the evening model (evening.json's "
+                                "transformer runs), seed with seed, beam search and greedy",
+              "bench": speeds, "bootstrap": bootstrap, "runs": runs}
     new = store.result("speedrun", result, call)
     if args.merge:
         old = store.read(target)
@@ -226,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         new["bench"] = {k: v for k, v in (speeds or old.get("bench") or {}).items() if k in names}
         names |= set(longer)
         new["runs"] = [r for r in new["runs"] if r["row"] in names]   # rows of today's ladder
+        made = {(r["b"], r["seed"]) for r in bootstrap}     # a call's comparisons replace the old
+        new["bootstrap"] = [r for r in old.get("bootstrap", []) if r["b"] in names
+                            and (r["b"], r["seed"]) not in made] + bootstrap
     new["summary"] = summaries(new["runs"])
     new["kept"] = verdicts(new["runs"])
     new["preset_row"] = PRESET_ROW

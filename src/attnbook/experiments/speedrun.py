@@ -76,6 +76,7 @@ REJECTED = (
 LONGER = (
     ("steps1600", "the preset trained on to 1,600 steps", PRESET_ROW, 1600),
     ("steps2000", "the preset trained on to 2,000 steps", "steps1600", 2000),
+    ("steps2400", "the preset trained on to 2,400 steps", "steps2000", 2400),
 )
 
 

@@ -140,7 +140,7 @@ EXPERIMENTS = {e.name: e for e in [
          ("--out", "runs/speedrun", "--results", "results/cpu", "--evening", "runs/evening"),
          tiny=("--rows", "vocab4000", "steps1600", "--seeds", "0", "--max-steps", "2",
                "--sentences", "8", "--out", "{out}/runs", "--results", "{out}"),
-         only=("--rows", "{key}", "--merge"),
+         only=("--rows", "{key}", "--merge", "--no-bench"),
          needs="Multi30k; the evening runs (runs/evening); a quiet machine (the runs' minutes "
                "are the result's)"),
     _exp("timing_2threads", "commands.train", ("cpu/cpu_tiny_transformer_2threads.json",), "chapter 10",

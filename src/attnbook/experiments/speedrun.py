@@ -125,16 +125,17 @@ def row_config(name: str, seed: int, tiny: int | None = None):
     return replace(tiny_run(cfg, steps), warmup=min(cfg.warmup, tiny))
 
 
-def bench(names, out: Path, steps: int = 30, threads: int = 2, data_dir=None) -> dict:
+def bench(names, out: Path, steps: int = 30, threads: int = 2, data_dir=None,
+          warmup: int = 3) -> dict:
     """Seconds per training step and target tokens per second of each config ``names``, over
-    ``steps`` steps after a warm-up (3 steps; 10 when compiled, whose first steps compile)."""
+    ``steps`` steps after ``warmup`` steps (10 when compiled, whose first steps compile)."""
     from ..training import loop
     torch.set_num_threads(threads)
     rows = {}
     for name in names:
         cfg = config(name)
         run = loop.setup(cfg, out / f"bench_{name}", data_dir=data_dir, device=torch.device("cpu"))
-        for _ in range(10 if cfg.compile else 3):
+        for _ in range(10 if cfg.compile else warmup):
             loop.train_step(run)
         start, tokens = time.perf_counter(), run.tokens_seen
         for _ in range(steps):
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             names = ([n for n in args.rows if n not in longer] if args.max_steps
                      else [r[0] for r in LADDER + REJECTED])
             speeds = bench(names, args.out, 2 if args.max_steps else 30, args.threads,
-                           args.data_dir)       # the tests' tiny run: its rows, 2 steps
+                           args.data_dir, 1 if args.max_steps else 3)   # tiny: 1 + 2 steps
         start = time.perf_counter()
         for name, cfg, folder in jobs:      # in the rows' order: a LONGER row after its parent
             if name in longer:

@@ -27,7 +27,7 @@ from ..data import load_multi30k
 from ..training.recipe import ALL_MODELS, preset
 from .registry import SEEDS
 from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
-from .scoring import merge_bootstrap, paired_bootstrap, score_base_run
+from .scoring import at_end, merge_bootstrap, paired_bootstrap, score_base_run
 from ..utils import get_device
 
 PRESET = "cpu-base"
@@ -77,9 +77,8 @@ def score(args, jobs: list) -> dict:
                      args.data_dir, args.sentences, str(get_device(args.device)))
     for (cfg, _), r in zip(jobs, runs):
         r.update(model=cfg.model, seed=cfg.seed, peak_lr=cfg.peak_lr)
-        # each run's own end (the models train different numbers of steps for the same minutes)
-        r["hypotheses_at_step"] = {"end": {"beam": r.pop("hypotheses"),
-                                           "greedy": r.pop("greedy_hypotheses")}}
+        r["hypotheses_at_step"] = at_end(r)
+        del r["hypotheses"], r["greedy_hypotheses"]
     test = load_multi30k("test_2016_flickr", data_dir=args.data_dir)
     refs = [t for _, t in test][:args.sentences or None]        # the pairs the runs translated
     bootstrap = paired_bootstrap(runs, refs, list(dict.fromkeys(args.models)))

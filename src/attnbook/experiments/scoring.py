@@ -97,6 +97,12 @@ def score_base_run(job) -> dict:
 score_base_run.version = 2       # greedy as well as beam search for the chosen average
 
 
+def at_end(row: dict) -> dict:
+    """A score_base_run row's test translations as paired_bootstrap reads them: at its run's
+    own end (runs compared for the same minutes train different numbers of steps)."""
+    return {"end": {"beam": row["hypotheses"], "greedy": row["greedy_hypotheses"]}}
+
+
 def paired_bootstrap(runs: list[dict], refs: list[str], models, n_samples: int = 1000) -> list[dict]:
     """sacreBLEU's paired bootstrap resampling (Koehn, 2004) for every two models of ``runs``
     (in the order of ``models``: the first is the baseline), seed with seed, at every step both

@@ -37,7 +37,7 @@ from ..cli import Parser
 from ..data import load_multi30k
 from ..training.recipe import override, preset
 from .registry import SEEDS
-from .scoring import paired_bootstrap, score_base_run
+from .scoring import at_end, paired_bootstrap, score_base_run
 from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
 from ..utils import get_device
 
@@ -82,16 +82,16 @@ LONGER = (
     ("steps2000", "the preset trained on to 2,000 steps", "steps1600", 2000),
     ("steps2400", "the preset trained on to 2,400 steps", "steps2000", 2400),
 )
+RESUMES = {name: parent for name, _, parent, _ in LONGER}     # a LONGER row: the row it resumes
 
 
 def config(name: str, seed: int = 0):
     """The TrainConfig of LADDER row, REJECTED change or LONGER row ``name`` with ``seed``: its
     parent's with its change and its steps (and snapshots for them; a LONGER row's only in its
     averaging window, as its curve is the rows before it)."""
-    longer = {r[0]: r for r in LONGER}
-    if name in longer:
-        steps = longer[name][3]
-        return replace(config(longer[name][2], seed), max_steps=steps,
+    if name in RESUMES:
+        steps = next(r[3] for r in LONGER if r[0] == name)
+        return replace(config(RESUMES[name], seed), max_steps=steps,
                        snapshot_steps=snapshots(steps)[2:])
     rows = {r[0]: r for r in LADDER + REJECTED}
     _, _, parent, changes, *steps = rows[name]
@@ -122,10 +122,9 @@ def row_config(name: str, seed: int, tiny: int | None = None):
     cfg = config(name, seed)
     if not tiny:
         return cfg
-    parents = {r[0]: r[2] for r in LONGER}
-    parent, steps = parents.get(name), tiny
+    parent, steps = RESUMES.get(name), tiny
     while parent:
-        parent, steps = parents.get(parent), steps + tiny
+        parent, steps = RESUMES.get(parent), steps + tiny
     return replace(tiny_run(cfg, steps), warmup=min(cfg.warmup, tiny))
 
 
@@ -185,8 +184,7 @@ def against_evening(runs: list[dict], evening: list[dict], refs: list[str]) -> l
     has its ``seed`` and its test translations (``hypotheses``, ``greedy_hypotheses``); a
     speedrun run its ``row`` too. In the rows, ``a`` is "evening" and ``b`` the speedrun's row."""
     def as_model(r, name):
-        return {"model": name, "seed": r["seed"], "hypotheses_at_step": {
-            "end": {"beam": r["hypotheses"], "greedy": r["greedy_hypotheses"]}}}
+        return {"model": name, "seed": r["seed"], "hypotheses_at_step": at_end(r)}
     base = [as_model(r, "evening") for r in evening]
     out = []
     for name in dict.fromkeys(r["row"] for r in runs):
@@ -222,7 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     if any(not (f / "metrics.json").is_file() for f in evening):
         p.error(f"--evening {args.evening} lacks a finished run of a seed in {args.seeds}: train "
                 "them with `python -m attnbook run evening`, or leave --evening out")
-    longer = {r[0]: r[2] for r in LONGER}               # a LONGER row: the row it resumes
     jobs = [(name, cfg, args.out / f"{name}_seed{cfg.seed}")
             for name in sorted(args.rows, key=p.get_default("rows").index)
             for cfg in (row_config(name, seed, args.max_steps) for seed in args.seeds)]
@@ -230,14 +227,14 @@ def main(argv: list[str] | None = None) -> int:
                       threads=args.threads, note=args.note) as call:
         speeds = None
         if not args.no_bench:
-            names = ([n for n in args.rows if n not in longer] if args.max_steps
+            names = ([n for n in args.rows if n not in RESUMES] if args.max_steps
                      else [r[0] for r in LADDER + REJECTED])
             speeds = bench(names, args.out, 2 if args.max_steps else 30, args.threads,
                            args.data_dir, 1 if args.max_steps else 3)   # tiny: 1 + 2 steps
         start = time.perf_counter()
         for name, cfg, folder in jobs:      # in the rows' order: a LONGER row after its parent
-            if name in longer:
-                resume_from(args.out / f"{longer[name]}_seed{cfg.seed}", folder)
+            if name in RESUMES:
+                resume_from(args.out / f"{RESUMES[name]}_seed{cfg.seed}", folder)
             train_all([(cfg, folder)], 1, args.threads, args.data_dir, args.device)
         call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
         if not target:
@@ -274,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         new = store.merge(old, new, "runs", by=("row", "seed"), same=("minutes",))
         names = {r[0] for r in LADDER + REJECTED}       # a call's bench measures every row
         new["bench"] = {k: v for k, v in (speeds or old.get("bench") or {}).items() if k in names}
-        names |= set(longer)
+        names |= set(RESUMES)
         new["runs"] = [r for r in new["runs"] if r["row"] in names]   # rows of today's ladder
         made = {(r["b"], r["seed"]) for r in bootstrap}     # a call's comparisons replace the old
         new["bootstrap"] = [r for r in old.get("bootstrap", []) if r["b"] in names

@@ -3,10 +3,19 @@
 nbval compares every output of every notebook cell. Warnings and progress bars go to stderr and
 differ from machine to machine, so stderr is left out of the comparison: nbval turns a stream
 output into a dict keyed by the stream's name, and adding "stderr" to the keys it skips drops them.
+
+A notebook's outputs were made on one machine, whose arithmetic its metadata records
+(``attnbook.reproduce``). On that arithmetic every output must match exactly. On another (an AVX2
+laptop, Apple silicon, ``make test-portable``'s plain kernels) a cell whose metadata states a
+tolerance for its printed numbers ("attnbook": {"numbers": {"abs": ..., "why": ...}}) passes when
+its text is the committed text but for numbers, each within that tolerance.
 """
 import nbval.plugin
 
+from attnbook.reproduce import notebook_made_here, printed_numbers_agree
+
 _init = nbval.plugin.IPyNbFile.__init__
+_compare = nbval.plugin.IPyNbCell.compare_outputs
 
 
 def _init_skipping_stderr(self, *args, **kwargs):
@@ -14,4 +23,32 @@ def _init_skipping_stderr(self, *args, **kwargs):
     self.skip_compare = tuple(self.skip_compare) + ("stderr",)
 
 
+def _printed(outputs) -> str:
+    """The text a cell printed: its stdout and the text of its results, in order."""
+    parts = []
+    for out in outputs:
+        if out.get("name") == "stdout":
+            parts.append(out["text"])
+        parts += [v for k, v in out.get("data", {}).items() if k in ("text/plain", "text/markdown")]
+    return "\n".join(parts)
+
+
+def _compare_within_tolerance(self, test, ref, skip_compare=None):
+    if _compare(self, test, ref, skip_compare):
+        return True
+    spec = (self.cell.metadata.get("attnbook") or {}).get("numbers")
+    if spec is None or notebook_made_here(self.parent.nb.metadata):
+        return False                      # nbval's own report of the difference stands
+    problem = printed_numbers_agree(self.sanitize(_printed(test)), self.sanitize(_printed(ref)),
+                                    spec["abs"])
+    if not problem:
+        self.comparison_traceback = []
+        return True
+    self.comparison_traceback.append(
+        f"printed numbers: {problem} (this machine's arithmetic is not the one that made the "
+        f"committed outputs; the cell allows {spec['abs']}: {spec['why']})")
+    return False
+
+
 nbval.plugin.IPyNbFile.__init__ = _init_skipping_stderr
+nbval.plugin.IPyNbCell.compare_outputs = _compare_within_tolerance

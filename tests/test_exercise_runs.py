@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from attnbook.experiments import exercise_runs
 from attnbook.batching import make_batch
+from attnbook.bleu import bleu
 from attnbook.lm import DecoderOnlyTranslator
 from attnbook.transformer import TransformerConfig
 
@@ -74,6 +75,8 @@ def test_the_translation_experiments_record_what_the_solutions_quote(written):
     whole = ex["ex-11-whole-sequence-loss"]
     assert [(r["loss"], r["seed"]) for r in whole["runs"]] == [("target", 0), ("whole", 0)]
     assert set(whole["summary"]["whole"]) == {"val_loss", "bleu"}
+    scored = beam["models"] + beam["runs"] + whole["runs"]        # every BLEU with its signature
+    assert {r["bleu_signature"] for r in scored} == {bleu(["a"], ["a"])["signature"]}
 
 
 def test_the_same_seed_gives_the_same_numbers(written):

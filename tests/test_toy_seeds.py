@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 from attnbook.experiments import store
 from attnbook.experiments import toy_seeds
 from attnbook.experiments.store import Provenance, Result
+from attnbook.reproduce import NotReproduced
 from attnbook.plotting import plot_accuracy_spread
 from attnbook.rnn import Seq2Seq
 from attnbook.toy import (PART1, accuracy_by_length, check_stored_run, copy_alignment,
@@ -110,26 +111,57 @@ def test_run_difference_sees_a_change():
     assert math.isinf(run_difference(stored, acc | {"length": [2, 6]}, [0.5] * 60))
 
 
-def test_a_stale_file_fails_here_and_warns_elsewhere():
-    run = {"name": "additive", "seed": 0, "length": [2], "exact": [1.0], "token": [1.0],
-           "final_loss": 0.5}
-    call = Provenance(command="python -m attnbook.experiments.toy_seeds --results results/cpu",
-                      git_commit="0" * 40, date="d", hardware=versions())
-    result = Result(store.result("toy_seeds", {"runs": [run]}, call), "toy_seeds.json")
+def stored_seeds(hardware: dict) -> Result:
+    """A toy_seeds.json of three seeds of 'additive' (exact match 1.0, 0.9, 0.8 at 2 symbols:
+    the seeds are at most 0.2 apart) made by one call on ``hardware``."""
+    runs = [{"name": "additive", "seed": s, "length": [2], "exact": [1.0 - 0.1 * s],
+             "token": [1.0], "final_loss": 0.5} for s in (0, 1, 2)]
+    call = Provenance(command="python -m attnbook run toy_seeds", git_commit="0" * 40, date="d",
+                      hardware=hardware)
+    return Result(store.result("toy_seeds", {"runs": runs}, call), Path("toy_seeds.json"))
+
+
+def test_a_stale_file_fails_on_its_own_arithmetic():
+    """Made with this machine's arithmetic: the same run is identical, and any difference, even
+    one far inside the seeds' spread, means the file is stale."""
+    result = stored_seeds(versions())
     acc, history = {"length": [2], "exact": [1.0], "token": [1.0]}, [0.5] * 50
-    assert check_stored_run(result, "additive", acc, history) == 0.0
-    with pytest.raises(AssertionError, match="stale.*python -m attnbook.experiments.toy_seeds"):
-        check_stored_run(result, "additive", acc | {"exact": [0.5]}, history)
-    call.hardware = versions() | {"cpu": "another processor"}
-    elsewhere = Result(store.result("toy_seeds", {"runs": [run]}, call), "toy_seeds.json")
-    with pytest.warns(UserWarning, match="another machine"):
-        assert check_stored_run(elsewhere, "additive", acc | {"exact": [0.5]}, history) == 0.5
+    same = check_stored_run(result, "additive", acc, history)
+    assert same.distance == 0.0 and same.tolerance.rule.startswith("exact")
+    with pytest.raises(NotReproduced, match=r"exact@2 is 0.99 here and 1 in toy_seeds.json.*"
+                                            r"changed since: remake it with `python -m attnbook "
+                                            r"run toy_seeds --only additive`"):
+        check_stored_run(result, "additive", acc | {"exact": [0.99]}, history)
+
+
+@pytest.mark.parametrize("elsewhere", [{"cpu_capability": "AVX2"}, {"cpu": "another processor"},
+                                       {"cpu_capability": None}, {"torch": "2.0.0"}])
+def test_elsewhere_a_run_may_differ_by_three_times_the_seeds_spread(elsewhere):
+    """Made on another arithmetic (another vector kernel set, processor or PyTorch; or not
+    recorded): a run within 3 x the largest distance between the seeds (0.2) passes and says by
+    which rule; beyond it, the error names both machines and the command."""
+    result = stored_seeds(versions() | elsewhere)
+    acc, history = {"length": [2], "exact": [0.45], "token": [1.0]}, [0.5] * 50
+    near = check_stored_run(result, "additive", acc, history)
+    assert near.distance == pytest.approx(0.55) and near.quantity == "exact@2"
+    assert near.tolerance.value == pytest.approx(0.6) and "3 x the largest difference between " \
+        "two of its seeds in exact, 0.2 (seeds 0, 1, 2)" in near.tolerance.rule
+    assert str(near).startswith("0.55 apart at most")
+    with pytest.raises(NotReproduced, match=r"0.65 apart, beyond the tolerance 0.6 .* It was "
+                                            r"made on .*; this machine is .*AVX.*run toy_seeds"):
+        check_stored_run(result, "additive", acc | {"exact": [0.35]}, history)
+    with pytest.raises(NotReproduced, match="final_loss is 0.7 here"):   # each kind its own
+        check_stored_run(result, "additive", acc, [0.7] * 50)           # spread: 0 for the loss
 
 
 def test_made_on_this_machine():
     env = versions()
     assert made_on_this_machine({"environment": env})
     assert not made_on_this_machine({"environment": env | {"torch": "0.1"}})
+    assert not made_on_this_machine({"environment": env | {"cpu_capability": "DEFAULT"}})
+    assert not made_on_this_machine({"environment": env | {"isa_caps": {"X": "1"}}})
+    assert not made_on_this_machine({"environment": {k: v for k, v in env.items()
+                                                     if k != "cpu_capability"}})
     assert not made_on_this_machine({})
 
 

@@ -5,7 +5,9 @@
 Each notebook runs in a fresh kernel of the current Python environment with its own folder as the
 working directory, exactly as nbval runs it in `make test`. A cell that raises stops the run
 unless it is tagged `raises-exception`. Execution counts are renumbered from 1 so that a re-run
-with the same outputs leaves the file unchanged.
+with the same outputs leaves the file unchanged. The notebook's metadata records the arithmetic
+its outputs were made with ("attnbook": {"outputs_made_with": ...}, attnbook.utils.arithmetic):
+there nbval compares every output exactly, elsewhere within the tolerances cells state.
 """
 import sys
 import time
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+from attnbook.utils import arithmetic
 
 
 def execute(path: Path) -> float:
@@ -31,6 +35,7 @@ def execute(path: Path) -> float:
                     out["execution_count"] = n
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
+    nb.metadata["attnbook"] = {"outputs_made_with": arithmetic()}
     nbformat.write(nb, path)
     return time.perf_counter() - start
 

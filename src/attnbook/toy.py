@@ -19,7 +19,7 @@ sequences of each length.
 from __future__ import annotations
 
 import contextlib
-import warnings
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -29,7 +29,7 @@ from . import BOS_ID, EOS_ID, PAD_ID
 from .batching import Batch, lengths_mask, pad, translation_loss
 from .decoding import greedy_decode
 from .loop import fit
-from .utils import made_on_this_machine
+from .reproduce import Agreement, NotReproduced, check_result, from_seeds
 
 SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
 TASKS = ("reverse", "copy")
@@ -264,40 +264,59 @@ def copy_alignment(model: torch.nn.Module, n_symbols: int, length: int = 20, n: 
             "band": (w * (offset.abs() <= 1)).sum(-1).mean().item()}
 
 
+def run_quantities(run: dict, alignment_keys=()) -> dict:
+    """The quantities of a reversal run that the chapters compare with a stored one: exact match
+    and per-token accuracy at each length ("exact@20"), the final loss, and the attention
+    statistics ``alignment_keys`` ("align.band"). ``run`` is a row of toy_seeds.json, or the
+    same keys measured here (``length``, ``exact``, ``token``, ``final_loss``, ``alignment``)."""
+    out = {f"{key}@{L}": value for key in ("exact", "token")
+           for L, value in zip(run["length"], run[key])}
+    out["final_loss"] = run["final_loss"]
+    return out | {f"align.{k}": run["alignment"][k] for k in alignment_keys}
+
+
+def measured(acc: dict, history: Sequence[float], alignment: dict | None = None) -> dict:
+    """A run made here as a row of toy_seeds.json: its accuracies by length (``acc``, as
+    :func:`accuracy_by_length` returns them), its final loss (the mean of the last 50 of
+    ``history``) and, if given, some of its attention statistics (keys of
+    :func:`reversal_alignment`)."""
+    return {**acc, "final_loss": sum(history[-50:]) / len(history[-50:]),
+            "alignment": dict(alignment or {})}
+
+
 def run_difference(stored: dict, acc: dict, history: Sequence[float],
                    alignment: dict | None = None) -> float:
-    """The largest absolute difference between a run stored by ``python -m attnbook.experiments.toy_seeds``
-    and the same run made here: its accuracies by length (``acc``, as :func:`accuracy_by_length`
-    returns them), its final loss (the mean of the last 50 of ``history``) and, if given, some of
-    its attention statistics (``alignment``: keys of :func:`reversal_alignment`). 0.0 when the two
-    are the same run, bit for bit; infinity when they were scored on different lengths.
-    """
+    """The largest absolute difference between a run stored by ``python -m attnbook run
+    toy_seeds`` and the same run made here (:func:`measured`'s arguments). 0.0 when the two are
+    the same run, bit for bit; infinity when they were scored on different lengths."""
     if stored["length"] != acc["length"]:
         return float("inf")
-    pairs = [*zip(stored["exact"], acc["exact"]), *zip(stored["token"], acc["token"]),
-             (stored["final_loss"], sum(history[-50:]) / len(history[-50:]))]
-    pairs += [(stored["alignment"][key], value) for key, value in (alignment or {}).items()]
-    return max(abs(a - b) for a, b in pairs)
+    keys = tuple(alignment or {})
+    a, b = run_quantities(stored, keys), run_quantities(measured(acc, history, alignment), keys)
+    return max(abs(a[q] - b[q]) for q in a)
 
 
-def check_stored_run(result: dict, name: str, acc: dict, history: Sequence[float],
-                     alignment: dict | None = None) -> float:
-    """Check that seed 0 of run ``name`` in ``result`` (the JSON of ``python -m
-    attnbook.experiments.toy_seeds``) is the run a chapter just made; returns :func:`run_difference`.
+def check_stored_run(result, name: str, acc: dict, history: Sequence[float],
+                     alignment: dict | None = None) -> Agreement:
+    """Check that seed 0 of run ``name`` in ``result`` (toy_seeds.json, ``python -m attnbook
+    run toy_seeds``) is the run a chapter just made; returns the
+    :class:`~attnbook.reproduce.Agreement` (how far apart, by which rule).
 
-    On the processor and PyTorch version that made the file
-    (:func:`attnbook.utils.made_on_this_machine`) the runs are deterministic, so any difference
-    means the file is stale: AssertionError, naming the command that remakes it. Elsewhere floating-point details may differ, and training
-    amplifies them: a difference is a warning.
+    Where the file's run was made with this machine's arithmetic (the same processor, vector
+    kernels and PyTorch) the two are the same run bit for bit, and any difference means the file
+    is stale. Elsewhere the last bits differ and training amplifies them: the run here may be
+    up to :data:`attnbook.reproduce.K_RANGE` times as far from seed 0, in each kind of quantity,
+    as the file's seeds are from each other (:func:`attnbook.reproduce.from_seeds`). Beyond that: :class:`attnbook.reproduce.NotReproduced` (an AssertionError)
+    saying which rule applied, by how much it failed, and the command that remakes the file.
     """
-    stored = next(r for r in result["runs"] if (r["name"], r["seed"]) == (name, 0))
-    difference = run_difference(stored, acc, history, alignment)
-    if difference and made_on_this_machine(result):
-        raise AssertionError(f"seed 0 of {name!r} differs from this run by {difference:.3g}: the "
-                             f"results file is stale; remake it with `{result.rebuild}`")
-    if difference:
-        hw = result.calls[0].hardware
-        warnings.warn(f"seed 0 of {name!r} differs from this run by {difference:.3g}; the file "
-                      f"was made on another machine ({hw['cpu']}, torch {hw['torch']}), where "
-                      "floating-point details differ")
-    return difference
+    seeds = {r["seed"]: r for r in result["runs"] if r["name"] == name}
+    if seeds[0]["length"] != acc["length"]:
+        raise NotReproduced(f"seed 0 of {name!r} was scored on lengths {seeds[0]['length']}, "
+                            f"this run on {acc['length']}: score it on the file's lengths")
+    keys = tuple(alignment or {})
+    runs = {seed: run_quantities(r, keys) for seed, r in sorted(seeds.items())}
+    tolerances = from_seeds(list(runs.values()), seeds=list(runs))
+    return check_result(result, f"seed 0 of {name!r}",
+                        run_quantities(measured(acc, history, alignment), keys), runs[0],
+                        tolerances, Path(result.path).name, row=f"{name}/0",
+                        remake=f"python -m attnbook run toy_seeds --only {name}")

@@ -60,9 +60,136 @@ def get_device(prefer: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+def _cpu_name() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo; elsewhere what platform knows)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# --- The arithmetic of a CPU: what decides a run's last bits -----------------------------------
+#
+# Two processors with the same model name can compute different last bits: PyTorch picks its
+# vector kernels by what the CPU can do (AVX2, AVX-512, ...), and MKL and oneDNN do the same for
+# matrix products. A float32 sum done in another order rounds differently, and a training run
+# amplifies the difference until it is as large as a change of seed. The environment variables
+# below lower the kernels a machine uses (`make test-portable` sets them).
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def cpu_capability() -> str:
+    """The vector instructions PyTorch's CPU kernels use here: "AVX512", "AVX2", "DEFAULT" on
+    x86; "SVE256", "DEFAULT" ... on arm64 (``torch.backends.cpu.get_cpu_capability()``, which
+    ``ATEN_CPU_CAPABILITY`` can lower)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def _cpu_flags() -> set[str]:
+    """The processor's feature flags (Linux: /proc/cpuinfo's "flags" on x86, "Features" on
+    arm64; macOS on Apple silicon: the sysctl hw.optional.arm.FEAT_* that are 1); empty when
+    unknown."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.split(":")[0].strip() in ("flags", "Features"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        import subprocess
+        try:
+            out = subprocess.run(["sysctl", "hw.optional.arm"], capture_output=True, text=True,
+                                 timeout=5).stdout
+        except (OSError, subprocess.SubprocessError):
+            return set()
+        return {line.split(":")[0].rsplit(".", 1)[-1].lower() for line in out.splitlines()
+                if line.strip().endswith(": 1")}
+    return set()
+
+
+# oneDNN's ISA levels that multiply bfloat16 natively (ONEDNN_MAX_CPU_ISA below these emulates)
+_ONEDNN_BF16 = ("ALL", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
+                "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16",
+                "AVX10_2_512", "AVX10_2_512_AMX_2")
+
+
+def native_bf16() -> tuple[bool, str]:
+    """Whether this CPU multiplies bfloat16 matrices in hardware, and why, in a few words.
+
+    Yes on x86 with AVX-512 BF16 or AMX (flags ``avx512_bf16``, ``amx_bf16``) and on arm64 with
+    the bf16 extension (``bf16``, macOS: ``feat_bf16``, Apple M2 and later). Elsewhere PyTorch
+    emulates bfloat16 in float32 arithmetic, about a hundred times slower than float32 itself
+    (a 1,024² product: 1 GFLOP/s against 134 on an AVX2 server). Read from the flags, so it
+    takes no time and gives the same answer every run; ``ATEN_CPU_CAPABILITY`` or
+    ``ONEDNN_MAX_CPU_ISA`` set below AVX-512 count as no."""
+    flags = _cpu_flags()
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64", "i686", "x86"):
+        found = sorted({"avx512_bf16", "amx_bf16"} & flags)
+        if not found:
+            return False, "this x86 CPU has neither AVX-512 BF16 nor AMX"
+        if not cpu_capability().startswith("AVX512"):
+            return False, f"PyTorch's kernels are capped at {cpu_capability()}"
+        cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+        if cap not in _ONEDNN_BF16:
+            return False, f"oneDNN is capped at {cap} (ONEDNN_MAX_CPU_ISA)"
+        return True, "x86 with " + " and ".join(f.upper().replace("_", "-", 1) for f in found)
+    if machine in ("arm64", "aarch64"):
+        if {"bf16", "feat_bf16"} & flags:
+            return True, "arm64 with the bf16 extension"
+        return False, "this arm64 CPU has no bf16 extension" if flags else \
+            "this arm64 CPU's features are unknown"
+    return False, f"no native bfloat16 known on {machine or 'this machine'}"
+
+
+def arithmetic() -> dict:
+    """What decides the last bits of a deterministic CPU run here: the processor, the kernels
+    PyTorch uses on it, PyTorch's version, and any caps set on MKL or oneDNN. Two machines with
+    the same arithmetic() compute the same bits; others may differ in the last ones."""
+    out = {"cpu": _cpu_name(), "cpu_capability": cpu_capability(), "torch": torch.__version__}
+    caps = {k: os.environ[k] for k in ISA_CAPS[1:] if os.environ.get(k)}
+    if caps:
+        out["isa_caps"] = caps
+    return out
+
+
+def versions() -> dict:
+    """Versions of Python and the libraries the book depends on, plus the hardware in use:
+    the processor, its :func:`arithmetic` (vector kernels, caps) and whether it has native
+    bfloat16."""
+    import matplotlib
+    import sentencepiece
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "matplotlib": matplotlib.__version__,
+        "sentencepiece": sentencepiece.__version__,
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        **arithmetic(),
+        "native_bf16": native_bf16()[0],
+        "cpu_count": os.cpu_count(),
+        "cpu_threads": torch.get_num_threads(),
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    try:
+        import sacrebleu
+
+        info["sacrebleu"] = sacrebleu.__version__
+    except ImportError:  # pragma: no cover - sacrebleu is in requirements.txt
+        info["sacrebleu"] = None
+    return info
+
+
 # --- Mixed precision: what each device gets ---------------------------------------------------
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "bf16-if-native")
 
 
 @dataclass(frozen=True)
@@ -108,6 +235,11 @@ def choose_precision(device: torch.device | str, mode: str = "auto") -> Precisio
       processors (without AVX-512 BF16 or AMX) bf16/fp16 matrix products are slower than
       float32 ones, and float32 keeps the book's CPU results exact and comparable.
 
+    ``mode="bf16-if-native"`` (the ``cpu-speedrun`` preset's) is bf16 autocast where the
+    hardware computes bfloat16 natively: a CPU with AVX-512 BF16, AMX or arm64's bf16
+    (:func:`native_bf16`), or what "auto" picks on a GPU; on any other CPU it is float32, and
+    its ``reason`` says why in one line.
+
     ``mode`` "fp32", "bf16" or "fp16" forces a precision (fp16 always with a scaler); the
     tests use this to run the bf16 and fp16 paths on the CPU, where PyTorch allows both.
     Forcing bf16 on a CUDA GPU without bf16 tensor cores is an error rather than a slow
@@ -125,6 +257,12 @@ def choose_precision(device: torch.device | str, mode: str = "auto") -> Precisio
                          "cores; use precision fp16 (or auto, which picks it)")
     if mode == "fp32":
         return Precision("fp32", None, False, "precision fp32 asked for")
+    if mode == "bf16-if-native" and device.type == "cpu":
+        native, why = native_bf16()
+        if native:
+            return Precision("bf16", torch.bfloat16, False, f"bf16 autocast: {why}")
+        return Precision("fp32", None, False, f"float32, not bf16: {why}, so bf16 would be "
+                         "emulated, about 100 times slower than float32")
     if mode == "bf16":
         return Precision("bf16", torch.bfloat16, False, "precision bf16 asked for")
     if mode == "fp16":
@@ -142,54 +280,31 @@ def choose_precision(device: torch.device | str, mode: str = "auto") -> Precisio
     return Precision("fp32", None, False, f"{device.type}: float32, no autocast")
 
 
-def _cpu_name() -> str:
-    """The processor's model name (Linux: /proc/cpuinfo; elsewhere what platform knows)."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def versions() -> dict:
-    """Versions of Python and the libraries the book depends on, plus the hardware in use."""
-    import matplotlib
-    import sentencepiece
-
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "matplotlib": matplotlib.__version__,
-        "sentencepiece": sentencepiece.__version__,
-        "platform": platform.platform(),
-        "cpu": _cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "cpu_threads": torch.get_num_threads(),
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
-    try:
-        import sacrebleu
-
-        info["sacrebleu"] = sacrebleu.__version__
-    except ImportError:  # pragma: no cover - sacrebleu is in requirements.txt
-        info["sacrebleu"] = None
-    return info
+def recorded_arithmetic(result) -> dict:
+    """The :func:`arithmetic` a committed result was made with: the hardware its last call
+    recorded (a :class:`~attnbook.experiments.store.Result`, a call, a dict with "calls" or
+    an old-style one with an "environment")."""
+    calls = getattr(result, "calls", None)
+    if calls is None and isinstance(result, dict) and result.get("calls"):
+        calls = result["calls"]
+    if calls:
+        last = calls[-1]
+        env = last.hardware if hasattr(last, "hardware") else last.get("hardware", {})
+    else:
+        env = getattr(result, "hardware", None) or result.get("environment", {})
+    keys = ("cpu", "cpu_capability", "torch")
+    return {k: env.get(k) for k in keys} | ({"isa_caps": env["isa_caps"]}
+                                            if env.get("isa_caps") else {})
 
 
 def made_on_this_machine(result) -> bool:
-    """Whether a committed result (the hardware its last call recorded, as :func:`versions`
-    records it; or a call, or an old-style dict with an ``"environment"``) was made
-    with this machine's processor and this version of PyTorch: there, a deterministic run on the
-    CPU reproduces it bit for bit. Elsewhere floating-point details (another instruction set,
-    another kernel) may differ, and a long training run with them."""
-    calls = getattr(result, "calls", None)
-    env = (calls[-1].hardware if calls else getattr(result, "hardware", None)
-           or result.get("environment", {}))
-    return env.get("cpu") == _cpu_name() and env.get("torch") == torch.__version__
+    """Whether a committed result was made with this machine's :func:`arithmetic`: the same
+    processor, the same vector kernels (``cpu_capability``), the same PyTorch and no other caps.
+    There a deterministic CPU run reproduces it bit for bit. Elsewhere (another processor,
+    another instruction set: an AVX2 laptop against an AVX-512 server, Apple silicon) the last
+    bits differ, and a training run amplifies them up to the size of a change of seed.
+    A result that did not record its ``cpu_capability`` counts as made elsewhere."""
+    return recorded_arithmetic(result) == arithmetic()
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -325,7 +325,8 @@ def beam_width(s: dict, work: Path) -> dict:
         metrics = train(cfg, work / f"seed-{seed}", device=torch.device("cpu"), progress=False)
         model, tok, _ = load_run(work / f"seed-{seed}", torch.device("cpu"))
         models.append(dict(seed=seed, steps=metrics["steps"], test_bleu=metrics["test_bleu"],
-                           decoding=metrics["decoding"], train_time_s=metrics["train_time_s"]))
+                           decoding=metrics["decoding"], train_time_s=metrics["train_time_s"],
+                           bleu_signature=metrics["bleu_signature"]))
         greedy = translate(model, tok, srcs, beam_size=1)
         for alpha in s["alphas"]:
             for k in s["beams"]:
@@ -333,7 +334,7 @@ def beam_width(s: dict, work: Path) -> dict:
                 b = bleu(hyps, refs)
                 rows.append(dict(seed=seed, alpha=alpha, beam=k, bleu=b["bleu"], bp=b["bp"],
                                  mean_words=round(float(np.mean([len(h.split()) for h in hyps])),
-                                                  3)))
+                                                  3), bleu_signature=b["signature"]))
                 print(f"  seed {seed} alpha {alpha} beam {k:2d}: BLEU {b['bleu']:5.2f}, "
                       f"bp {b['bp']:.3f}, {rows[-1]['mean_words']:.2f} words", flush=True)
     summary = [dict(alpha=alpha, beam=k, **{key: spread([r[key] for r in rows if
@@ -374,7 +375,8 @@ def whole_sequence(s: dict, work: Path) -> dict:
             m = train(cfg, work / f"{loss}-{seed}", device=torch.device("cpu"), progress=False,
                       loss_fn=whole_sequence_loss if loss == "whole" else None)
             runs.append(dict(loss=loss, seed=seed, val_loss=round(m["val_loss"], 4),
-                             bleu=m["test_bleu"], train_time_s=m["train_time_s"]))
+                             bleu=m["test_bleu"], train_time_s=m["train_time_s"],
+                             bleu_signature=m["bleu_signature"]))
             print(f"  {loss:6s} seed {seed}: validation loss {runs[-1]['val_loss']:.3f}, "
                   f"BLEU {m['test_bleu']:5.2f} ({m['train_time_s']:.0f} s)", flush=True)
     summary = {loss: {key: spread([r[key] for r in runs if r["loss"] == loss])

@@ -19,6 +19,7 @@ from attnbook import BOS_ID, EOS_ID
 from attnbook.decoding import translate
 from attnbook.training.recipe import build_model, override, preset
 from attnbook.training.runs import STORED_MODELS
+from attnbook.utils import arithmetic
 from attnbook.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,15 +272,40 @@ def test_committed_data_is_consistent(path, model):
     assert not [s for s in strings(data) if re.match(r"(/|~|[A-Za-z]:\\)", s)]
 
 
+# On another arithmetic than the one that wrote the explorers' data, the stored model's last bits
+# differ: a beam search with two hypotheses within those bits of each other may pick the other
+# (1 of the 20 sentences with PyTorch's AVX2 kernels, and 1 with its plain ones), and a weight
+# rounded to 3 decimals may round the other way. At most 3 of 20 sentences may translate
+# otherwise, and the weights of the others may move by 0.002 (two rounding steps).
+OTHER_TRANSLATIONS, WEIGHT_SLACK = 3, 0.002
+
+
+def largest_weight_difference(a: dict, b: dict) -> float:
+    """The largest difference between two sentences' attention weights (the same shapes)."""
+    flat = lambda w: [x for v in w.values() for layer in v for head in layer for row in head  # noqa: E731
+                      for x in row]
+    return max(abs(x - y) for x, y in zip(flat(a["weights"]), flat(b["weights"])))
+
+
 @pytest.mark.parametrize("name,path", [("cpu-base", "COMMITTED"), ("gru-additive", "COMMITTED_GRU")])
 def test_the_committed_data_regenerate_from_the_stored_model(name, path):
     """Both explorers regenerate from the repository alone: the stored model, read again by the
-    command's code (one thread, on the CPU), gives the committed translations and weights."""
+    command's code (one thread, on the CPU), gives the committed translations and weights, bit
+    for bit with the arithmetic that wrote them (meta.made_with), and elsewhere all but a few
+    translations and weights within two rounding steps."""
     committed = json.loads(globals()[path].read_text(encoding="utf-8"))
     torch.set_num_threads(1)                        # as the command runs (keep_threads restores)
     data = json.loads(json.dumps(explorer.explore(None, stored=name)))        # as written
     assert data["meta"]["run"] == committed["meta"]["run"] == f"stored model {name}"
-    assert data["sentences"] == committed["sentences"]
+    assert data["meta"]["made_with"] == arithmetic()
+    if committed["meta"]["made_with"] == arithmetic():
+        assert data["sentences"] == committed["sentences"]
+        return
+    same = [(a, b) for a, b in zip(data["sentences"], committed["sentences"])
+            if a["translation"] == b["translation"]]
+    assert len(committed["sentences"]) - len(same) <= OTHER_TRANSLATIONS, \
+        [a["index"] for a, b in zip(data["sentences"], committed["sentences"]) if a != b]
+    assert max(largest_weight_difference(a, b) for a, b in same) <= WEIGHT_SLACK
 
 
 def test_committed_gru_data_is_the_leaderboards_run():

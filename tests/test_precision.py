@@ -13,6 +13,7 @@ import torch
 from attnbook.training.recipe import TrainConfig, build_model, preset, same_run
 from attnbook.training.runs import load_checkpoint
 from attnbook.commands.train import main, prepare_data, train
+from attnbook import utils
 from attnbook.utils import choose_precision, deterministic, get_device
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
@@ -58,6 +59,66 @@ def test_mps_gets_fp16_with_a_scaler_and_the_cpu_fp32(monkeypatch):
     assert (p.name, p.dtype, p.use_scaler) == ("fp32", None, False)
     assert isinstance(p.autocast(CPU), contextlib.nullcontext)
     assert not p.grad_scaler(CPU).is_enabled()
+
+
+def fake_cpu(monkeypatch, machine: str, flags: set, capability: str = "AVX512"):
+    """Pretend to be a CPU of this architecture, with these feature flags and PyTorch kernels."""
+    monkeypatch.setattr(utils.platform, "machine", lambda: machine)
+    monkeypatch.setattr(utils, "_cpu_flags", lambda: set(flags))
+    monkeypatch.setattr(utils, "cpu_capability", lambda: capability)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+
+
+@pytest.mark.parametrize("machine,flags,capability,native", [
+    ("x86_64", {"avx2", "avx512f", "avx512_bf16"}, "AVX512", True),     # Zen 4, Cooper Lake
+    ("x86_64", {"avx2", "avx512f", "amx_bf16", "amx_tile"}, "AVX512", True),   # Sapphire Rapids
+    ("x86_64", {"avx2", "fma"}, "AVX2", False),                         # a laptop, Colab's VMs
+    ("x86_64", {"avx2", "avx512f"}, "AVX512", False),                   # Skylake-X: no BF16
+    ("x86_64", {"avx2", "avx512f", "avx512_bf16"}, "AVX2", False),      # ATEN_CPU_CAPABILITY=avx2
+    ("aarch64", {"fp", "asimd", "bf16"}, "DEFAULT", True),              # Graviton 3, Linux
+    ("arm64", {"feat_bf16"}, "DEFAULT", True),                          # Apple M2 and later
+    ("arm64", {"feat_fp16"}, "DEFAULT", False),                         # Apple M1
+    ("riscv64", set(), "DEFAULT", False),
+])
+def test_native_bf16_is_read_from_the_cpus_flags(monkeypatch, machine, flags, capability, native):
+    fake_cpu(monkeypatch, machine, flags, capability)
+    found, why = utils.native_bf16()
+    assert found is native and why
+    p = choose_precision(CPU, "bf16-if-native")
+    assert (p.name, p.dtype) == (("bf16", torch.bfloat16) if native else ("fp32", None))
+    assert not p.use_scaler
+    if not native:                       # one line that says why, and what bf16 would cost
+        assert p.reason.startswith("float32, not bf16: ") and "100 times slower" in p.reason
+
+
+def test_a_capped_onednn_counts_as_no_native_bf16(monkeypatch):
+    fake_cpu(monkeypatch, "x86_64", {"avx512_bf16"})
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert utils.native_bf16() == (False, "oneDNN is capped at AVX2 (ONEDNN_MAX_CPU_ISA)")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_amx")
+    assert utils.native_bf16()[0]
+
+
+def test_bf16_if_native_on_a_gpu_is_what_auto_picks(monkeypatch):
+    for capability in ((9, 0), (7, 5)):
+        fake_cuda(monkeypatch, capability)
+        assert choose_precision("cuda", "bf16-if-native") == choose_precision("cuda", "auto")
+
+
+@needs_data
+def test_the_train_command_says_in_one_line_that_it_runs_float32(tmp_path, capsys, monkeypatch):
+    """The cpu-speedrun preset's precision on a CPU without native bf16: float32, said once."""
+    fake_cpu(monkeypatch, "x86_64", {"avx2"}, "AVX2")
+    assert preset("cpu-speedrun").precision == "bf16-if-native"
+    run = tmp_path / "run"
+    assert main(["--preset", "smoke", "--out", str(run), "--max-steps", "2", "--device", "cpu",
+                 "--precision", "bf16-if-native"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "precision" in line]
+    assert said == ["precision: fp32 (float32, not bf16: this x86 CPU has neither AVX-512 BF16 "
+                    "nor AMX, so bf16 would be emulated, about 100 times slower than float32)"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert (metrics["precision"], metrics["config"]["precision"]) == ("fp32", "bf16-if-native")
+    assert metrics["precision_reason"] == said[0].split(" (", 1)[1][:-1]
 
 
 def test_a_precision_can_be_forced(monkeypatch):

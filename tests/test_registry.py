@@ -93,6 +93,24 @@ def test_tiny_toy_seeds_then_only_merges_by_key(tmp_path, monkeypatch):
     assert e.value.code == 2 and Path("tiny/toy_seeds.json").read_text() == before
 
 
+def test_tiny_arithmetics(tmp_path, monkeypatch):
+    """Three workers, each in its environment: their arithmetic is what the caps say."""
+    monkeypatch.chdir(tmp_path)
+    made = tiny("arithmetics")["arithmetics.json"]
+    check(made, "arithmetics", "python -m attnbook.experiments.arithmetics --results tiny")
+    rows = {a["name"]: a for a in made["arithmetics"]}
+    assert list(rows) == ["native", "avx2", "plain"]
+    assert rows["plain"]["made_with"]["cpu_capability"] == "DEFAULT"
+    assert rows["plain"]["made_with"]["isa_caps"] == {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+                                                      "ONEDNN_MAX_CPU_ISA": "SSE41"}
+    assert rows["native"]["product_difference"] == 0.0 and not rows["plain"]["native_bf16"]
+    assert all(a["gflops"]["fp32"] > 0 and a["gflops"]["bf16"] > 0 for a in rows.values())
+    assert [r["run"] for r in rows["avx2"]["runs"]] == made["runs"]
+    assert set(rows["native"]["runs"][0]["kinds"]) == {"exact", "token", "final_loss"}
+    assert set(rows["native"]["runs"][1]["kinds"]) == {"exact", "token", "final_loss", "align"}
+    assert store.figure_provenance(Path("tiny/arithmetics.png"))["calls"] == made["calls"]
+
+
 def test_tiny_exercises(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check(tiny("exercises")["exercises.json"], "exercises", "python -m attnbook.experiments.exercise_runs")

@@ -14,6 +14,7 @@ from attnbook.experiments.scoring import AVERAGE_LAST, AVERAGE_SPAN
 from attnbook.experiments.speedrun import (LADDER, LONGER, PRESET_ROW, REJECTED, against_evening,
                                            config, snapshots, verdicts)
 from attnbook.training.recipe import differences, preset
+from attnbook.utils import native_bf16
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
                                 reason="needs the Multi30k files (MULTI30K_DIR)")
@@ -82,7 +83,9 @@ def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
     assert set(made["bench"]) == {"vocab4000"}            # a longer row's steps are the preset's
     assert all(b["s_per_step"] > 0 and b["target_tokens_per_s"] > 0 for b in made["bench"].values())
     fast, longer = (r["config"] for r in made["runs"])
-    assert (fast["precision"], fast["arch"]["vocab_size"], fast["max_steps"]) == ("bf16", 4000, 2)
+    assert (fast["precision"], fast["arch"]["vocab_size"], fast["max_steps"]) == \
+        ("bf16-if-native", 4000, 2)
+    assert made["runs"][0]["precision"] == ("bf16" if native_bf16()[0] else "fp32")   # as it ran
     assert longer["max_steps"] == 4 and not differences(fast, longer)
     logged = [json.loads(line)["step"] for line in open("tiny/runs/steps1600_seed0/log.jsonl")]
     assert logged == [2, 4]                 # the parent's evaluation at step 2, then its own

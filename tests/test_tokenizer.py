@@ -72,6 +72,10 @@ def test_training_is_deterministic(tmp_path):
     a = train_tokenizer(SENTENCES, vocab_size=100, folder=tmp_path / "a")
     b = train_tokenizer(SENTENCES, vocab_size=100, folder=tmp_path / "b")
     assert [a.id_to_piece(i) for i in range(100)] == [b.id_to_piece(i) for i in range(100)]
+    assert a.vocabulary() == b.vocabulary() and len(a.vocabulary()) == 100
+    # the same file, byte for byte, naming no folder of the machine that trained it
+    assert a.model_file.read_bytes() == b.model_file.read_bytes()
+    assert str(tmp_path).encode() not in a.model_file.read_bytes()
 
 
 def test_bad_training_input(tmp_path):

@@ -103,8 +103,9 @@ OPTIONS = {
     "seed": ("--seed", dict(type=int, help="random seed (default 0)")),
     "accum_steps": ("--accum-steps", dict(type=int, help="batches per process and step")),
     "precision": ("--precision", dict(choices=PRECISIONS, help="auto (bf16 on recent GPUs, fp16 "
-                                      "+ GradScaler on a T4 or MPS, fp32 on a CPU), fp32, bf16 "
-                                      "or fp16")),
+                                      "+ GradScaler on a T4 or MPS, fp32 on a CPU), fp32, bf16, "
+                                      "fp16, or bf16-if-native (bf16 where the CPU has it in "
+                                      "hardware, else fp32)")),
     "compile": ("--compile", dict(action=argparse.BooleanOptionalAction,
                                   help="torch.compile the model (no preset does: for a run "
                                        "of minutes, compiling costs more than it gains)")),

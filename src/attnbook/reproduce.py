@@ -203,7 +203,8 @@ def _number(text: str) -> float:
 def printed_numbers_agree(here: str, committed: str, tolerance: float) -> str:
     """'' when the printed text ``here`` is ``committed`` but for numbers, each within
     ``tolerance`` of the committed one; else what differs, in one line."""
-    words_here, words_then = NUMBER.split(here), NUMBER.split(committed)
+    words = lambda text: [" ".join(w.split()) for w in NUMBER.split(text)]   # noqa: E731
+    words_here, words_then = words(here), words(committed)     # numpy pads numbers with spaces
     if words_here != words_then:
         first = next((a, b) for a, b in zip(words_here + [""], words_then + [""]) if a != b)
         return f"the text differs beyond its numbers: {first[0]!r} here, {first[1]!r} committed"

@@ -15,6 +15,7 @@ sentences and the settings, so a change of either trains a new model instead of 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -113,6 +114,11 @@ class Tokenizer:
     def id_to_piece(self, i: int) -> str:
         return self.sp.id_to_piece(int(i))
 
+    def vocabulary(self) -> list[tuple[str, float]]:
+        """Every piece with its score, in id order: two tokenizers with the same vocabulary()
+        split every text alike (their model files may differ in the settings they record)."""
+        return [(self.sp.id_to_piece(i), self.sp.get_score(i)) for i in range(self.vocab_size)]
+
 
 def _key(sentences: Sequence[str], settings: dict) -> str:
     h = hashlib.sha256()
@@ -145,10 +151,11 @@ def train_tokenizer(sentences: Sequence[str], vocab_size: int = 8000, name: str 
     if path.is_file():
         return Tokenizer(path)
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+    model = io.BytesIO()       # written here, not under a prefix: the file then names no folder,
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:     # and is the same on every machine
         prefix = os.path.join(tmp, "spm")
         try:
-            spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_prefix=prefix,
+            spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=model,
                                            minloglevel=2, **settings)
         except RuntimeError as e:  # "INTERNAL: file(line) [check] Vocabulary size too high ..."
             reason = ". ".join(str(e).split("] ", 1)[-1].split(". ")[:2]).strip(" .")
@@ -156,7 +163,8 @@ def train_tokenizer(sentences: Sequence[str], vocab_size: int = 8000, name: str 
             raise TokenizerError(f"sentencepiece could not train a {vocab_size}-piece vocabulary "
                                  f"on {len(sentences)} sentences ({reason}); try a {way} "
                                  "vocab_size") from e
-        os.replace(prefix + ".model", path)  # atomic: a crash never leaves half a model
+        Path(prefix).write_bytes(model.getvalue())
+        os.replace(prefix, path)             # atomic: a crash never leaves half a model
     return Tokenizer(path)
 
 

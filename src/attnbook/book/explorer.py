@@ -59,6 +59,7 @@ from ..decoding import beam_search
 from ..mha import attention_modules, recording
 from ..rnn import Seq2Seq
 from ..training.runs import STORED_MODELS, RunError, load_run, load_stored
+from ..utils import arithmetic
 
 SPLIT, EVERY, COUNT, BEAM = "test_2016_flickr", 50, 20, 4
 # id: (name, module name pattern, row labels, column labels). Rows are the queries and columns
@@ -217,6 +218,7 @@ def explore(run: Path | None, every: int = EVERY, count: int = COUNT, data_dir=N
         "weights": "rows are queries and columns keys, real tokens only (no padding), rounded "
                    "to 3 decimals: each row sums to 1 up to the rounding",
         "attnbook": __version__,
+        "made_with": arithmetic(),     # where these bytes regenerate exactly (attnbook.reproduce)
     }
     if gru:
         kinds = {k: {"name": name.format(model.score), "module": module, "rows": rows,

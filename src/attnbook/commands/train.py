@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         device = apply_common(args)
         cfg = config_from_args(args)
         try:
-            choose_precision(device, cfg.precision)   # e.g. bf16 asked for on a GPU without it
+            precision = choose_precision(device, cfg.precision)   # bf16 on a GPU without it: an error
         except ValueError as e:
             raise UsageError(f"--precision: {e}") from None
         if args.resume:                                # before anything is written or prepared
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                             args.out / "checkpoint.pt")
     except (UsageError, RunError) as e:
         return fail(e)
+    if int(os.environ.get("RANK", "0")) == 0:   # one line: the precision this run trains in, and why
+        print(f"precision: {precision.name} ({precision.reason})", flush=True)
     try:
         if int(os.environ.get("RANK", "0")) == 0:
             args.out.mkdir(parents=True, exist_ok=True)

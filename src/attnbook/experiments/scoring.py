@@ -87,6 +87,7 @@ def score_base_run(job) -> dict:
     return {"config": asdict(cfg), "parameters": metrics["parameters"],
             "train_time_s": metrics["train_time_s"], "tokens_per_s": metrics["tokens_per_s"],
             "threads": metrics["threads"], "epochs": round(metrics["epochs"], 2),
+            "precision": metrics.get("precision", "fp32"),          # what the run trained in
             "snapshots": snapshots, "averages": averages, "chosen_last_k": best["last_k"],
             "val_bleu": val_result["bleu"], "test_bleu": result["bleu"],
             "greedy_test_bleu": bleu(greedy, [t for _, t in test])["bleu"],

@@ -61,7 +61,7 @@ def snapshots(steps: int) -> tuple:
 # The rows after "fit" are the speedrun's candidates, named so in their configs.
 LADDER = (
     ("fit", "cpu-base fitted to 10 minutes: 600 steps, checkpoint averaging", None, {}, 600),
-    ("bf16", "+ bf16 autocast: 950 steps", "fit", {"precision": "bf16"}, 950),
+    ("bf16", "+ bf16 autocast: 950 steps", "fit", {"precision": "bf16-if-native"}, 950),
     ("vocab4000", "+ a 4,000-piece vocabulary: 1,100 steps", "bf16", {"vocab_size": 4000}, 1100),
     ("cosine", "+ a cosine decay to zero", "vocab4000", {"schedule": "cosine"}, 1100),
     ("cosine-peak5e-3", "+ a peak rate of 5e-3", "cosine", {"peak_lr": 5e-3}, 1100),

@@ -331,7 +331,8 @@ def finish(run: Run, evaluate: bool = True) -> dict:
         "train_tokens": run.tokens_seen, "train_time_s": round(run.elapsed, 1),
         "tokens_per_s": round(run.tokens_seen / max(run.elapsed, 1e-9), 1),
         "val_loss": validation_loss(model, data.val, device),
-        "device": str(device), "precision": run.precision.name, "compiled": run.compiled,
+        "device": str(device), "precision": run.precision.name,
+        "precision_reason": run.precision.reason, "compiled": run.compiled,
         "threads": torch.get_num_threads(), "processes": run.world,
         "hardware": versions(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }

@@ -108,7 +108,8 @@ PRESETS = {
                             snapshot_steps=(600, 1000, 1200, 1250, 1300, 1350), compile=False),
     # the speedrun: cpu-base's model and recipe made fast on 2 CPU cores, to train in under 10
     # minutes (`python -m attnbook.experiments.speedrun`, results/cpu/speedrun.json): bf16
-    # autocast (for a CPU with AVX-512 BF16 or AMX; on others bf16 is slower than float32), a
+    # autocast where the CPU has it natively (AVX-512 BF16, AMX or arm64's bf16; elsewhere
+    # emulated bf16 is about 100 times slower, so such a CPU trains in float32 and says so), a
     # 4,000-piece vocabulary, and as many steps as fit the minutes; its snapshots are placed by
     # speedrun.snapshots, for checkpoint averaging.
     "cpu-speedrun": TrainConfig(preset="cpu-speedrun",
@@ -116,7 +117,7 @@ PRESETS = {
                                                        d_ff=768, n_layers=3, dropout=0.1,
                                                        max_len=512),
                                 max_tokens=4096, max_steps=1100, warmup=300, eval_every=200,
-                                beam_size=4, precision="bf16",
+                                beam_size=4, precision="bf16-if-native",
                                 snapshot_steps=(366, 733, 948, 986, 1024, 1062), compile=False),
     # the test suite's smoke run: seconds
     "smoke": TrainConfig(preset="smoke",

@@ -1,0 +1,190 @@
+"""Numbers on your machine: the same runs with three of PyTorch's kernel sets, on one machine
+(the book's page book/reproducibility.md).
+
+    python -m attnbook.experiments.arithmetics --results results/cpu   # about 20 CPU-minutes
+    python -m attnbook.experiments.arithmetics --results out --tiny    # seconds (the tests)
+
+A reader's laptop computes with other vector instructions than the machine that made the book's
+results: AVX2 instead of AVX-512, NEON on Apple silicon, and other kernels of MKL and oneDNN. To
+see what that does without another machine, the command runs the same work in three
+:data:`ARITHMETICS`: this machine's own, and PyTorch, MKL and oneDNN capped at AVX2 and at their
+plain kernels (the environment variables that ``make test-portable`` sets). Each is a worker
+process, this command again with ``--worker NAME`` in that environment, which
+
+* times a 1,024 x 1,024 matrix product in float32 and in bfloat16 (GFLOP/s, the best of five):
+  where the CPU has no native bf16, PyTorch emulates it;
+* computes one float32 product of seeded matrices, whose difference from this machine's own
+  shows the last bits;
+* trains seed 0 of chapters 1-3's reversal runs (:data:`RUNS`) with the ``toy_seeds`` command,
+  as the chapters train them.
+
+The command then compares each run with seed 0 of the committed ``results/cpu/toy_seeds.json``,
+kind of quantity by kind (:func:`attnbook.reproduce.kind`: exact match by length, per-token
+accuracy, the final loss, the attention statistics): the largest difference from the committed
+seed 0, and the largest difference between two of the committed seeds. Their ratio is what
+:data:`attnbook.reproduce.K_RANGE` must cover. It writes ``arithmetics.json`` and its figure.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from . import store
+from ..cli import Parser, fail
+from ..reproduce import K_RANGE, kind
+from ..toy import run_quantities
+from ..utils import arithmetic, native_bf16
+
+# name: the environment variables that lower this machine's kernels (none: its own)
+ARITHMETICS = {
+    "native": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "plain": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+              "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
+RUNS = ("no-attention", "additive", "additive-600", "dot-600", "general-600")
+SIZE, TINY_SIZE = 1024, 64
+
+
+def gflops(dtype: torch.dtype, n: int, repeats: int = 5) -> float:
+    """GFLOP/s of an n x n matrix product in ``dtype`` (the best of ``repeats``, after one)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return round(2 * n ** 3 / best / 1e9, 2)
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def worker(name: str, tiny: bool, folder: Path) -> None:
+    """One arithmetic's measurements (run in its own environment), written into ``folder``:
+    NAME.json (its arithmetic, bf16, GFLOP/s), NAME.pt (the product) and, by the toy_seeds
+    command run here in the same environment, NAME/toy_seeds.json (the runs)."""
+    torch.set_num_threads(1)
+    n = TINY_SIZE if tiny else SIZE
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(256, 512, generator=g), torch.randn(512, 256, generator=g)
+    torch.save(a @ b, folder / f"{name}.pt")
+    result = {"name": name, "made_with": arithmetic(), "native_bf16": native_bf16()[0],
+              "gflops": {"fp32": gflops(torch.float32, n), "bf16": gflops(torch.bfloat16, n)}}
+    (folder / f"{name}.json").write_text(json.dumps(result))
+    subprocess.run([sys.executable, "-m", "attnbook.experiments.toy_seeds", "--results",
+                    str(folder / name), "--runs", *RUNS, "--seeds", "0", "--no-timing"]
+                   + (["--tiny"] if tiny else []), check=True, stdout=subprocess.DEVNULL)
+
+
+def spawn(name: str, tiny: bool, folder: Path) -> subprocess.Popen:
+    """Start the worker of arithmetic ``name`` in its environment (one thread)."""
+    env = {k: v for k, v in os.environ.items() if k not in ARITHMETICS["plain"]}
+    env |= ARITHMETICS[name] | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "attnbook.experiments.arithmetics", "--worker", name,
+           "--results", str(folder)] + (["--tiny"] if tiny else [])
+    return subprocess.Popen(cmd, env=env)
+
+
+def compared(worker_result: dict, committed: dict, product, native_product) -> dict:
+    """A worker's measurements against the committed seeds of each run, kind by kind."""
+    rows = []
+    for r in worker_result["runs"]:
+        keys = tuple(r.get("alignment", {}))
+        seeds = [run_quantities(s, keys) for s in committed["runs"] if s["name"] == r["name"]]
+        here, seed0 = run_quantities(r, keys), seeds[0]
+        kinds = {}
+        for group in dict.fromkeys(kind(q) for q in here):
+            names = [q for q in here if kind(q) == group]
+            apart = max(abs(a[q] - b[q]) for a, b in itertools.combinations(seeds, 2)
+                        for q in names)
+            diff = max(abs(here[q] - seed0[q]) for q in names)
+            kinds[group] = {"difference": round(diff, 4), "seeds_apart": round(apart, 4),
+                            "ratio": round(diff / apart, 3) if apart else None}
+        rows.append({"run": r["name"], "kinds": kinds})
+    out = {k: worker_result[k] for k in ("name", "made_with", "native_bf16", "gflops")}
+    out["product_difference"] = float((product - native_product).abs().max())
+    return out | {"runs": rows}
+
+
+def figure(result: dict, path: Path) -> None:
+    """Each run's distance from the committed seed 0, in units of the largest difference
+    between two committed seeds (the largest over its kinds), for each arithmetic."""
+    import matplotlib.pyplot as plt
+    from ..plotting import OKABE_ITO, use_book_style
+    use_book_style()
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    names = [r["run"] for r in result["arithmetics"][0]["runs"]]
+    for i, a in enumerate(result["arithmetics"]):
+        ratios = [max((k["ratio"] or 0.0) for k in r["kinds"].values()) for r in a["runs"]]
+        x = [j + (i - 1) * 0.25 for j in range(len(names))]
+        ax.bar(x, ratios, width=0.25, color=OKABE_ITO[i],
+               label=f"{a['name']} ({a['made_with']['cpu_capability']})")
+    ax.axhline(K_RANGE, color="grey", linestyle="--", label=f"the checks' tolerance: {K_RANGE} x")
+    ax.axhline(1, color="grey", linestyle=":", lw=1)
+    ax.set_xticks(range(len(names)), names)
+    ax.set(xlabel="seed 0 of chapters 1-3's reversal runs",
+           ylabel="difference from the committed run\n/ largest difference between two seeds",
+           title="The same seed, three arithmetics: how far from the committed run?")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, metadata=store.figure_metadata(result))
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = Parser(prog="python -m attnbook.experiments.arithmetics",
+               description="The same runs with three of PyTorch's kernel sets (book/reproducibility.md).")
+    p.add_argument("--results", type=Path, required=True,
+                   help="folder for arithmetics.json and .png, relative to the repository")
+    p.add_argument("--tiny", action="store_true", help="3 steps a run, a small product: seconds")
+    p.add_argument("--worker", choices=list(ARITHMETICS), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.results.is_absolute():
+        p.error("give --results relative to the repository (it is recorded in the results)")
+    if args.worker:
+        worker(args.worker, args.tiny, args.results)
+        return 0
+    seeds_file = store.ROOT / "results" / "cpu" / "toy_seeds.json"    # the book's, from anywhere
+    committed = store.Result(store.read(seeds_file), seeds_file)
+    command = store.command_line("attnbook.experiments.arithmetics", argv)
+    with tempfile.TemporaryDirectory(dir=".") as tmp, \
+            store.record(command, threads=1, processes=2) as call:
+        folder = Path(os.path.relpath(tmp))
+        for batch in (("native", "avx2"), ("plain",)):     # two at a time: one core each
+            workers = [spawn(name, args.tiny, folder) for name in batch]
+            if any(w.wait() for w in workers):
+                return fail("a worker failed (its error is above); run it alone with "
+                            f"`{command} --worker NAME`")
+        made = {n: json.loads((folder / f"{n}.json").read_text())
+                | {"runs": store.read(folder / n / "toy_seeds.json")["runs"]} for n in ARITHMETICS}
+        products = {n: torch.load(folder / f"{n}.pt", weights_only=True) for n in ARITHMETICS}
+    result = store.result("arithmetics", {
+        "scale": "tiny" if args.tiny else "full", "arithmetics_env": ARITHMETICS,
+        "runs": list(RUNS), "k_range": K_RANGE,
+        "arithmetics": [compared(made[n], committed, products[n], products["native"])
+                        for n in ARITHMETICS]}, call)
+    try:
+        store.write(args.results / "arithmetics.json", result)
+        figure(result, args.results / "arithmetics.png")
+    except OSError as e:
+        return fail(f"cannot write into {args.results}: {e.strerror}; give a folder you can "
+                    "write to")
+    print(f"wrote {args.results / 'arithmetics.json'} in {call.wall_s:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,8 +13,9 @@ process, this command again with ``--worker NAME`` in that environment, which
 
 * times a 1,024 x 1,024 matrix product in float32 and in bfloat16 (GFLOP/s, the best of five):
   where the CPU has no native bf16, PyTorch emulates it;
-* computes one float32 product of seeded matrices, whose difference from this machine's own
-  shows the last bits;
+* computes three things in float32 from seeded numbers (:data:`PROBES`): a matrix product, a
+  softmax and a sum of a million numbers; their largest difference from this machine's own,
+  relative to their largest value, shows the last bits;
 * trains seed 0 of chapters 1-3's reversal runs (:data:`RUNS`) with the ``toy_seeds`` command,
   as the chapters train them.
 
@@ -53,6 +54,9 @@ ARITHMETICS = {
               "ONEDNN_MAX_CPU_ISA": "SSE41"},
 }
 RUNS = ("no-attention", "additive", "additive-600", "dot-600", "general-600")
+PROBES = {"matrix product": "a 256 x 512 times a 512 x 256 matrix",
+          "softmax": "along the rows of a 1000 x 1000 matrix",
+          "sum": "of the 1000000 numbers of that matrix"}
 SIZE, TINY_SIZE = 1024, 64
 
 
@@ -73,13 +77,15 @@ def _timed(fn) -> float:
 
 def worker(name: str, tiny: bool, folder: Path) -> None:
     """One arithmetic's measurements (run in its own environment), written into ``folder``:
-    NAME.json (its arithmetic, bf16, GFLOP/s), NAME.pt (the product) and, by the toy_seeds
+    NAME.json (its arithmetic, bf16, GFLOP/s), NAME.pt (the last-bit probes) and, by the toy_seeds
     command run here in the same environment, NAME/toy_seeds.json (the runs)."""
     torch.set_num_threads(1)
     n = TINY_SIZE if tiny else SIZE
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(256, 512, generator=g), torch.randn(512, 256, generator=g)
-    torch.save(a @ b, folder / f"{name}.pt")
+    x = torch.randn(1000, 1000, generator=g)
+    torch.save({"matrix product": a @ b, "softmax": x.softmax(-1), "sum": x.sum()},
+               folder / f"{name}.pt")
     result = {"name": name, "made_with": arithmetic(), "native_bf16": native_bf16()[0],
               "gflops": {"fp32": gflops(torch.float32, n), "bf16": gflops(torch.bfloat16, n)}}
     (folder / f"{name}.json").write_text(json.dumps(result))
@@ -97,13 +103,14 @@ def spawn(name: str, tiny: bool, folder: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env)
 
 
-def compared(worker_result: dict, committed: dict, product, native_product) -> dict:
+def compared(worker_result: dict, committed: dict, probes: dict, native: dict) -> dict:
     """A worker's measurements against the committed seeds of each run, kind by kind."""
     rows = []
     for r in worker_result["runs"]:
         keys = tuple(r.get("alignment", {}))
-        seeds = [run_quantities(s, keys) for s in committed["runs"] if s["name"] == r["name"]]
-        here, seed0 = run_quantities(r, keys), seeds[0]
+        seeds = {s["seed"]: run_quantities(s, keys) for s in committed["runs"]
+                 if s["name"] == r["name"]}
+        here, seed0, seeds = run_quantities(r, keys), seeds[0], list(seeds.values())
         kinds = {}
         for group in dict.fromkeys(kind(q) for q in here):
             names = [q for q in here if kind(q) == group]
@@ -114,7 +121,8 @@ def compared(worker_result: dict, committed: dict, product, native_product) -> d
                             "ratio": round(diff / apart, 3) if apart else None}
         rows.append({"run": r["name"], "kinds": kinds})
     out = {k: worker_result[k] for k in ("name", "made_with", "native_bf16", "gflops")}
-    out["product_difference"] = float((product - native_product).abs().max())
+    out["last_bits"] = {k: float((probes[k] - native[k]).abs().max() / native[k].abs().max())
+                        for k in probes}     # the largest difference, relative to the largest value
     return out | {"runs": rows}
 
 
@@ -173,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         products = {n: torch.load(folder / f"{n}.pt", weights_only=True) for n in ARITHMETICS}
     result = store.result("arithmetics", {
         "scale": "tiny" if args.tiny else "full", "arithmetics_env": ARITHMETICS,
+        "probes": PROBES, "gflops_of": f"a {TINY_SIZE if args.tiny else SIZE} x "
+                                      f"{TINY_SIZE if args.tiny else SIZE} matrix product, "
+                                      "one thread, the best of 5",
         "runs": list(RUNS), "k_range": K_RANGE,
         "arithmetics": [compared(made[n], committed, products[n], products["native"])
                         for n in ARITHMETICS]}, call)

@@ -280,7 +280,8 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 COMMANDS = ["__main__", "benchmarks", "book.course", "book.diagrams", "book.explorer", "book.homework",
             "book.live",
             "commands.evaluate", "commands.train", "commands.translate", "data",
-            "experiments.ablations", "experiments.beyond_runs", "experiments.evening",
+            "experiments.ablations", "experiments.arithmetics", "experiments.beyond_runs",
+            "experiments.evening",
             "experiments.exercise_runs", "experiments.gpu_run", "experiments.head_ablation",
             "experiments.score_scales", "experiments.speedrun",
             "experiments.toy_seeds", "experiments.translators"]

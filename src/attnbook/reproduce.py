@@ -32,9 +32,10 @@ from .utils import arithmetic, recorded_arithmetic
 
 # A run made with other arithmetic is, at worst, another draw of the seed noise: its distance
 # from the committed seed is then about the distance between two seeds, which three seeds
-# measure only roughly (the chapters' reversal runs with PyTorch's AVX2 and plain kernels came to
-# 0.5-2.0 times the largest distance between their committed seeds). Three times that distance
-# leaves room, and still fails a change that moves a run further than its seeds ever scatter.
+# measure only roughly (`python -m attnbook run arithmetics`: chapters 1-3's reversal runs with
+# PyTorch's AVX2 and plain kernels came to at most about 2 times the largest difference between
+# their committed seeds). Three times that leaves room, and still fails a change that moves a run
+# further than its seeds ever scatter.
 K_RANGE = 3
 
 
@@ -44,8 +45,9 @@ class NotReproduced(AssertionError):
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How far (:func:`distance`) a run made here may be from the committed one, and why
-    (``rule``, in words: "2 x the largest distance between two of its seeds (0.08, seeds 0-2)")."""
+    """How far a quantity of a run made here may be from the committed one, and why (``rule``,
+    in words: "3 x the largest difference between two of its seeds in exact, 0.08 (seeds 0, 1,
+    2)")."""
 
     value: float
     rule: str

@@ -48,18 +48,34 @@ class Data:
     test_pairs: list = field(default_factory=list)
 
 
+# Encoding Multi30k's 58,000 training sentences takes a second or two. A process that prepares
+# the same data again (a notebook, the runs of a sweep in one process, the test suite) reuses the
+# ids: keyed by the tokenizer's bytes and the sentences themselves, so nothing stale is reused.
+_ENCODED: dict = {}
+
+
+def encode_pairs(tok: Tokenizer, pairs: list) -> tuple[tuple, tuple]:
+    """The ids of the sources and of the targets of ``pairs`` (as tuples: shared, read-only)."""
+    key = (tok.model_file.read_bytes(), hash(tuple(pairs)))
+    if key not in _ENCODED:
+        if len(_ENCODED) >= 8:
+            _ENCODED.clear()
+        _ENCODED[key] = (tuple(tok.encode_batch([s for s, _ in pairs])),
+                         tuple(tok.encode_batch([t for _, t in pairs])))
+    return _ENCODED[key]
+
+
 def prepare_data(cfg: TrainConfig, data_dir=None) -> Data:
     """Tokenizer and batches. Every sentence is kept: nothing is filtered or truncated. The
     tokenizer has exactly ``cfg.arch.vocab_size`` pieces, the model's vocabulary."""
     tok = multi30k_tokenizer(cfg.arch.vocab_size, (cfg.src_lang, cfg.tgt_lang), data_dir)
 
     def encode(split):
-        pairs = load_multi30k(split, cfg.src_lang, cfg.tgt_lang, data_dir)
-        return pairs, tok.encode_batch([s for s, _ in pairs]), tok.encode_batch([t for _, t in pairs])
+        return encode_pairs(tok, load_multi30k(split, cfg.src_lang, cfg.tgt_lang, data_dir))
 
-    _, src, tgt = encode("train")
+    src, tgt = encode("train")
     train = TranslationBatches(src, tgt, cfg.max_tokens, shuffle=True, seed=cfg.seed)
-    _, vsrc, vtgt = encode("val")
+    vsrc, vtgt = encode("val")
     val = TranslationBatches(vsrc, vtgt, cfg.max_tokens, shuffle=False)
     test_pairs = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)
     return Data(tok, train, val, test_pairs)

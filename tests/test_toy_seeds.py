@@ -158,7 +158,7 @@ def test_made_on_this_machine():
     env = versions()
     assert made_on_this_machine({"environment": env})
     assert not made_on_this_machine({"environment": env | {"torch": "0.1"}})
-    assert not made_on_this_machine({"environment": env | {"cpu_capability": "DEFAULT"}})
+    assert not made_on_this_machine({"environment": env | {"cpu_capability": "NOT-THIS-ONE"}})
     assert not made_on_this_machine({"environment": env | {"isa_caps": {"X": "1"}}})
     assert not made_on_this_machine({"environment": {k: v for k, v in env.items()
                                                      if k != "cpu_capability"}})

@@ -45,6 +45,13 @@ def test_exact_on_the_same_arithmetic_whatever_the_tolerance():
                 source="board.json", remake="make it")
 
 
+def test_exact_finds_the_one_quantity_that_differs_among_many():
+    committed = {f"exact@{L}": 1.0 for L in range(2, 22, 2)} | {"final_loss": 0.0125}
+    fresh = committed | {"final_loss": 0.1125}
+    with pytest.raises(NotReproduced, match="final_loss is 0.1125 here and 0.0125"):
+        compare("seed 0", fresh, committed, band(1.0, "wide"), made_on=arithmetic(), source="f")
+
+
 def test_elsewhere_within_the_tolerance_and_beyond_it():
     tol = Tolerance(0.5, "3 x the largest difference between two of its seeds, 0.167")
     ok = compare("run", {"bleu": 21.4}, {"bleu": 21.06}, tol, made_on=ELSEWHERE, source="f")

@@ -135,8 +135,8 @@ def compare(what: str, fresh: Mapping[str, float], committed: Mapping[str, float
     allowed = {q: exact() if made_here else
                tolerance if isinstance(tolerance, Tolerance) else tolerance[q] for q in fresh}
     gaps = {q: abs(float(fresh[q]) - float(committed[q])) for q in fresh}
-    ratio = {q: gaps[q] / allowed[q].value if allowed[q].value else (gaps[q] > 0) * float("inf")
-             for q in fresh}
+    ratio = {q: gaps[q] / allowed[q].value if allowed[q].value
+             else float("inf") if gaps[q] > 0 else 0.0 for q in fresh}
     name = max(ratio, key=ratio.get, default="")
     if not fresh or gaps[name] <= allowed[name].value:
         return Agreement(max(gaps.values(), default=0.0), name,

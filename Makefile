@@ -60,7 +60,9 @@ test: $(STAMP) vendor
 # (attnbook.reproduce). test-portable runs those checks with PyTorch, MKL and oneDNN held to
 # their plain kernels, which no machine that made a committed file used: a check that holds
 # only on one machine's last bits fails here, not on a reader's laptop. No browser test.
-PORTABLE := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41
+# torch.compile's kernels are cached by machine, not by these caps: the run keeps its own cache.
+PORTABLE := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 \
+	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/_build/torchinductor-portable
 PORTABLE_TESTS := notebooks tests/test_toy_seeds.py tests/test_explorer.py tests/test_stored.py \
 	tests/test_live.py tests/test_reproduce.py
 

@@ -38,7 +38,8 @@ def test_exact_on_the_same_arithmetic_whatever_the_tolerance():
     loose = band(10.0, "wide")
     same = compare("run", {"bleu": 21.06}, {"bleu": 21.06}, loose, made_on=arithmetic(),
                    source="board.json")
-    assert same.distance == 0 and str(same).startswith("identical (exact")
+    assert same.distance == 0 and str(same) == "identical, bit for bit"
+    assert same.tolerance.rule.startswith("exact")
     with pytest.raises(NotReproduced, match=r"bleu is 21.07 here and 21.06 in board.json.*"
                                             r"exact.*changed since: remake it with `make it`"):
         compare("run", {"bleu": 21.07}, {"bleu": 21.06}, loose, made_on=arithmetic(),

@@ -62,11 +62,11 @@ class Agreement:
     quantity: str
     tolerance: Tolerance
 
-    def __str__(self) -> str:
+    def __str__(self) -> str:          # short: a chapter prints it (the rule is .tolerance.rule)
         if self.distance == 0:
-            return f"identical ({self.tolerance.rule})"
-        return (f"{self.distance:.3g} apart at most; closest to its tolerance: {self.quantity}, "
-                f"within {self.tolerance.value:.3g} ({self.tolerance.rule})")
+            return "identical, bit for bit"
+        return (f"{self.distance:.2g} apart at most, within the tolerance ({self.quantity}: "
+                f"{self.tolerance.value:.2g})")
 
 
 def kind(quantity: str) -> str:

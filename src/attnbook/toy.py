@@ -306,8 +306,9 @@ def check_stored_run(result, name: str, acc: dict, history: Sequence[float],
     kernels and PyTorch) the two are the same run bit for bit, and any difference means the file
     is stale. Elsewhere the last bits differ and training amplifies them: the run here may be
     up to :data:`attnbook.reproduce.K_RANGE` times as far from seed 0, in each kind of quantity,
-    as the file's seeds are from each other (:func:`attnbook.reproduce.from_seeds`). Beyond that: :class:`attnbook.reproduce.NotReproduced` (an AssertionError)
-    saying which rule applied, by how much it failed, and the command that remakes the file.
+    as the file's seeds are from each other (:func:`attnbook.reproduce.from_seeds`). Beyond
+    that: :class:`attnbook.reproduce.NotReproduced` (an AssertionError) saying which rule
+    applied, by how much it failed, and the command that remakes the file.
     """
     seeds = {r["seed"]: r for r in result["runs"] if r["name"] == name}
     if seeds[0]["length"] != acc["length"]:

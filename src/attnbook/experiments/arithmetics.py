@@ -28,7 +28,6 @@ seed 0, and the largest difference between two of the committed seeds. Their rat
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import subprocess
@@ -41,7 +40,7 @@ import torch
 
 from . import store
 from ..cli import Parser, fail
-from ..reproduce import K_RANGE, kind
+from ..reproduce import K_RANGE, from_seeds, kind
 from ..toy import run_quantities
 from ..utils import arithmetic, native_bf16
 
@@ -110,12 +109,12 @@ def compared(worker_result: dict, committed: dict, probes: dict, native: dict) -
         keys = tuple(r.get("alignment", {}))
         seeds = {s["seed"]: run_quantities(s, keys) for s in committed["runs"]
                  if s["name"] == r["name"]}
-        here, seed0, seeds = run_quantities(r, keys), seeds[0], list(seeds.values())
+        here, seed0 = run_quantities(r, keys), seeds[0]
+        spread = from_seeds(list(seeds.values()), k=1)      # each kind's largest seed difference
         kinds = {}
         for group in dict.fromkeys(kind(q) for q in here):
             names = [q for q in here if kind(q) == group]
-            apart = max(abs(a[q] - b[q]) for a, b in itertools.combinations(seeds, 2)
-                        for q in names)
+            apart = spread[names[0]].value
             diff = max(abs(here[q] - seed0[q]) for q in names)
             kinds[group] = {"difference": round(diff, 4), "seeds_apart": round(apart, 4),
                             "ratio": round(diff / apart, 3) if apart else None}

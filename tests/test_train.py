@@ -89,6 +89,22 @@ def test_time_budget_stops_training(tmp_path):
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == metrics["steps"]
 
 
+@needs_data
+@pytest.mark.parametrize("budget", [0.5, 0.9])
+def test_the_step_that_spends_the_budget_is_evaluated(tmp_path, monkeypatch, budget):
+    """A clock that moves 0.4 s each time it is read: the budget runs out at whichever reading,
+    and the step that ran it out is still logged and checkpointed (once, a reading between the
+    step's evaluation check and the loop's own check could end the run unlogged)."""
+    from attnbook.training import loop
+    readings = iter(0.4 * i for i in range(10_000))
+    monkeypatch.setattr(loop.Run, "clock", lambda self: next(readings))
+    cfg = replace(PRESETS["smoke"], max_steps=100, eval_every=1000, eval_sentences=2,
+                  time_budget_s=budget)
+    metrics = train(cfg, tmp_path / "run", device=torch.device("cpu"), progress=False)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert metrics["steps"] < 100 and [e["step"] for e in log] == [metrics["steps"]]
+
+
 def test_checkpoints_load_with_weights_only(tmp_path):
     path = tmp_path / "evil.pt"
     import argparse

@@ -400,7 +400,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     if run.main_rank:  # the log's lines after the checkpoint's step (a crash) are logged again
         trim_log(run.out / "log.jsonl", run.step)
     log = open(run.out / "log.jsonl", "a") if run.main_rank else None
-    while not finished(run):
+    done = finished(run)          # asked once a step: the step that ends the run is evaluated
+    while not done:
         loss = train_step(run, loss_fn)
         steps_this_call += 1
         bar.update(1)
@@ -409,7 +410,8 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
         if run.step % 10 == 0:  # .item() waits for the GPU: not at every step
             bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{run.sched.get_last_lr()[0]:.2e}",
                             tok_s=f"{run.tokens_seen / run.clock():,.0f}")
-        if run.step % cfg.eval_every == 0 or finished(run):
+        done = finished(run)
+        if run.step % cfg.eval_every == 0 or done:
             evaluate_and_save(run, loss, log, bar if progress else None)
         if stop_after is not None and steps_this_call >= stop_after:  # as if killed here
             run.elapsed += time.perf_counter() - run.start

@@ -1,4 +1,4 @@
-"""Chapter 12's pieces (attnbook.beyond): online softmax is exact attention, the forms of linear
+"""Chapter 13's pieces (attnbook.beyond): online softmax is exact attention, the forms of linear
 attention and of the diagonal recurrence agree, every causal mixer is causal, bad input fails
 clearly, and the reversal batches line up."""
 import pytest

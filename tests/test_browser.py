@@ -343,7 +343,7 @@ def notebook_links(docname: str) -> dict[str, str]:
 # The tests
 
 SCREENSHOT_DESKTOP = {"book/intro", "notebooks/02_additive_attention", "notebooks/09_training",
-                      "notebooks/10_fair_race", "book/teachers"}
+                      "notebooks/10_fair_race", "notebooks/11_full_size", "book/teachers"}
 SCREENSHOT_PHONE = {"book/intro", "notebooks/04_scaled_dot_product"}
 
 

@@ -66,7 +66,7 @@ def test_a_stale_number_in_a_notebooks_markdown_is_reported(tmp_path):
 
 def test_the_scope_is_every_page():
     assert len(PAGES) >= 10 and {"explorer.md", "explorer_bahdanau.md", "faq.md"} <= set(PAGES)
-    assert len(NOTEBOOKS) >= 15 and NOTEBOOKS[0] == "00_setup" and "13_workshop" in NOTEBOOKS
+    assert len(NOTEBOOKS) >= 15 and NOTEBOOKS[0] == "00_setup" and "14_workshop" in NOTEBOOKS
 
 
 def test_every_named_source_exists_and_holds_numbers():
@@ -129,7 +129,7 @@ def test_a_declaration_holds_for_its_section_only():
 
 def test_what_is_not_a_quoted_number_is_skipped():
     text = "\n".join([
-        "# Chapter 12 — the paper's section 3.2.1",
+        "# Chapter 13 — the paper's section 3.2.1",
         "In chapter 9, layer 2, head 3 and sentences 0, 50, ..., 950 of seeds 0-2, in 2017:",
         "math $d_k = 1024$ and $$x = 512$$, code `d_ff=2048`, a [link](https://x.org/2048.html),",
         "{cite}`vaswani2017attention`, <!-- 4096 -->, 3 seeds and 12 heads.",

@@ -72,7 +72,7 @@ def test_the_translation_experiments_record_what_the_solutions_quote(written):
     assert [(r["alpha"], r["beam"]) for r in beam["runs"]] == [(0.0, 1), (0.0, 2), (0.6, 1), (0.6, 2)]
     assert [(s["alpha"], s["beam"]) for s in beam["summary"]] == [(0.0, 1), (0.0, 2), (0.6, 1), (0.6, 2)]
     assert beam["runs"][0]["bleu"] == beam["runs"][2]["bleu"]            # greedy: alpha plays no part
-    whole = ex["ex-11-whole-sequence-loss"]
+    whole = ex["ex-12-whole-sequence-loss"]
     assert [(r["loss"], r["seed"]) for r in whole["runs"]] == [("target", 0), ("whole", 0)]
     assert set(whole["summary"]["whole"]) == {"val_loss", "bleu"}
     scored = beam["models"] + beam["runs"] + whole["runs"]        # every BLEU with its signature

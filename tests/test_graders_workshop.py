@@ -1,4 +1,4 @@
-"""The graders of the workshop (notebooks/13_workshop): each passes a correct answer written like
+"""The graders of the workshop (notebooks/14_workshop): each passes a correct answer written like
 the package's, passes a correct answer in another style (loops, einsum, float64), and fails each
 typical mistake with the hint that names it. (tests/test_homework.py checks the notebook's own
 solutions and stubs.)"""
@@ -16,11 +16,11 @@ from attnbook.graders import workshop, workshop_blocks
 from attnbook.batching import translation_loss
 from graderkit import assert_fails, assert_registered, grade, stub
 
-LABELS = {"ex-13-beam-search": "beam_search", "ex-13-decoder-block": "decoder_block",
-          "ex-13-train-step": "train_step", "ex-13-kv-cache": "decode_step",
-          "ex-13-bug-mask-fill": "masked_weights", "ex-13-bug-padding-axis": "padded_attention",
-          "ex-13-bug-causal-leak": "lm_mask", "ex-13-bug-corpus-bleu": "corpus_bleu",
-          "ex-13-bug-log-zero": "label_smoothed_loss"}
+LABELS = {"ex-14-beam-search": "beam_search", "ex-14-decoder-block": "decoder_block",
+          "ex-14-train-step": "train_step", "ex-14-kv-cache": "decode_step",
+          "ex-14-bug-mask-fill": "masked_weights", "ex-14-bug-padding-axis": "padded_attention",
+          "ex-14-bug-causal-leak": "lm_mask", "ex-14-bug-corpus-bleu": "corpus_bleu",
+          "ex-14-bug-log-zero": "label_smoothed_loss"}
 
 
 def test_graders_are_registered_with_their_targets():
@@ -55,8 +55,8 @@ def beam_loops(log_probs, k, max_len, alpha, *, mistake=None):
 
 
 def test_beam_search_reference_and_loops_pass():
-    assert grade("ex-13-beam-search", workshop.reference_beam_search).passed
-    result = grade("ex-13-beam-search", beam_loops)
+    assert grade("ex-14-beam-search", workshop.reference_beam_search).passed
+    result = grade("ex-14-beam-search", beam_loops)
     assert result.passed, result.message
 
 
@@ -74,15 +74,15 @@ def test_the_toy_beam_cases_agree_with_the_loops_and_exercise_the_length_penalty
     ("first-eos", "stops at the first finished"), ("no-eos-in-length", "EOS included"),
     ("k-copies", "k copies of BOS")])
 def test_beam_search_mistakes_get_their_hint(mistake, fragment):
-    assert_fails("ex-13-beam-search", lambda *a: beam_loops(*a, mistake=mistake), fragment)
+    assert_fails("ex-14-beam-search", lambda *a: beam_loops(*a, mistake=mistake), fragment)
 
 
 def test_beam_search_format_mistakes():
-    assert_fails("ex-13-beam-search", lambda *a: beam_loops(*a)[0], "return a tuple")
-    assert_fails("ex-13-beam-search",
+    assert_fails("ex-14-beam-search", lambda *a: beam_loops(*a)[0], "return a tuple")
+    assert_fails("ex-14-beam-search",
                  lambda *a: (lambda t, s: ([BOS_ID, *t, EOS_ID], s))(*beam_loops(*a)),
                  "without BOS and EOS")
-    assert_fails("ex-13-beam-search", lambda *a: (beam_loops(*a)[0], 0.0), "but the score")
+    assert_fails("ex-14-beam-search", lambda *a: (beam_loops(*a)[0], 0.0), "but the score")
 
 
 # --- a whole decoder block ------------------------------------------------------------------
@@ -148,7 +148,7 @@ def decoder_block_einsum(block, x, memory, tgt_mask, src_mask, *, mistake=None):
 
 def test_decoder_block_reference_and_einsum_pass():
     for fn in (decoder_block, decoder_block_einsum):
-        result = grade("ex-13-decoder-block", fn)
+        result = grade("ex-14-decoder-block", fn)
         assert result.passed, result.message
 
 
@@ -172,12 +172,12 @@ def test_the_graders_written_out_block_is_the_package_block():
     (decoder_block_einsum, "no-residual", "residual connections are missing"),
     (decoder_block_einsum, "cross-reads-x", "from x")])
 def test_decoder_block_mistakes_get_their_hint(fn, mistake, fragment):
-    assert_fails("ex-13-decoder-block", lambda *a: fn(*a, mistake=mistake), fragment)
+    assert_fails("ex-14-decoder-block", lambda *a: fn(*a, mistake=mistake), fragment)
 
 
 def test_decoder_block_may_not_call_the_packages_attention():
-    assert_fails("ex-13-decoder-block", lambda block, *a: block(*a), "do not call block(...)")
-    assert_fails("ex-13-decoder-block",
+    assert_fails("ex-14-decoder-block", lambda block, *a: block(*a), "do not call block(...)")
+    assert_fails("ex-14-decoder-block",
                  lambda b, x, m, tm, sm: b.norm3(x + b.ff(b.norm2(x + b.cross_attn(x, m)[0]))),
                  "do not call block.cross_attn")
 
@@ -213,7 +213,7 @@ def train_step_by_hand(model, batch, optimizer, scheduler, clip=1.0, label_smoot
 
 def test_train_step_reference_and_by_hand_pass():
     for fn in (train_step, train_step_by_hand):
-        result = grade("ex-13-train-step", fn)
+        result = grade("ex-14-train-step", fn)
         assert result.passed, result.message
 
 
@@ -222,7 +222,7 @@ def test_train_step_reference_and_by_hand_pass():
     ("no-clip", "not clipped"), ("no-train", "model.train()"),
     ("no-scheduler", "scheduler.step()")])
 def test_train_step_mistakes_get_their_hint(mistake, fragment):
-    assert_fails("ex-13-train-step", lambda *a: train_step(*a, mistake=mistake), fragment)
+    assert_fails("ex-14-train-step", lambda *a: train_step(*a, mistake=mistake), fragment)
 
 
 def test_train_step_returns_a_float():
@@ -236,7 +236,7 @@ def test_train_step_returns_a_float():
         optimizer.step()
         scheduler.step()
         return loss
-    assert_fails("ex-13-train-step", returns_tensor, "loss.item()")
+    assert_fails("ex-14-train-step", returns_tensor, "loss.item()")
 
 
 # --- the key/value cache of a whole decoder -------------------------------------------------
@@ -299,14 +299,14 @@ def decode_step_einsum(model, new_ids, memory, src_mask, cache):
 
 def test_decode_step_reference_and_einsum_pass():
     for fn in (decode_step, decode_step_einsum):
-        result = grade("ex-13-kv-cache", fn)
+        result = grade("ex-14-kv-cache", fn)
         assert result.passed, result.message
 
 
 @pytest.mark.parametrize("mistake,fragment", [("no-offset", "position 0"),
                                               ("no-append", "attends only to itself")])
 def test_decode_step_mistakes_get_their_hint(mistake, fragment):
-    assert_fails("ex-13-kv-cache", lambda *a: decode_step(*a, mistake=mistake), fragment)
+    assert_fails("ex-14-kv-cache", lambda *a: decode_step(*a, mistake=mistake), fragment)
 
 
 def test_decode_step_must_cache_and_may_not_borrow_the_packages_cache():
@@ -316,9 +316,9 @@ def test_decode_step_must_cache_and_may_not_borrow_the_packages_cache():
 
     def borrowed(model, new_ids, memory, src_mask, cache):
         return model.decode(new_ids, memory, src_mask, cache=cache)[:, -1]
-    assert_fails("ex-13-kv-cache", uncached, "computed again")
-    assert_fails("ex-13-kv-cache", borrowed, "passed cache=")
-    assert_fails("ex-13-kv-cache", lambda *a: decode_step(*a)[:, None], "expected shape")
+    assert_fails("ex-14-kv-cache", uncached, "computed again")
+    assert_fails("ex-14-kv-cache", borrowed, "passed cache=")
+    assert_fails("ex-14-kv-cache", lambda *a: decode_step(*a)[:, None], "expected shape")
 
 
 # --- the bug gallery ------------------------------------------------------------------------
@@ -370,17 +370,17 @@ def label_smoothed_loss_buggy(logits, tgt_out, eps, *, clamp=False, all_position
 
 
 @pytest.mark.parametrize("label,fn", [
-    ("ex-13-bug-mask-fill", masked_weights),
-    ("ex-13-bug-mask-fill", lambda s, m: masked_weights(s, m, fill=-1e9)),
-    ("ex-13-bug-mask-fill", lambda s, m: masked_weights(s, m, fill=torch.finfo(s.dtype).min)),
-    ("ex-13-bug-padding-axis", padded_attention),
-    ("ex-13-bug-padding-axis", padded_attention_einsum),
-    ("ex-13-bug-causal-leak", lm_mask),
-    ("ex-13-bug-causal-leak", lambda T: torch.arange(T)[None, :] <= torch.arange(T)[:, None]),
-    ("ex-13-bug-corpus-bleu", corpus_bleu),
-    ("ex-13-bug-corpus-bleu", lambda h, r: bleu(h, r)["bleu"]),
-    ("ex-13-bug-log-zero", label_smoothed_loss),
-    ("ex-13-bug-log-zero", label_smoothed_loss_by_hand)])
+    ("ex-14-bug-mask-fill", masked_weights),
+    ("ex-14-bug-mask-fill", lambda s, m: masked_weights(s, m, fill=-1e9)),
+    ("ex-14-bug-mask-fill", lambda s, m: masked_weights(s, m, fill=torch.finfo(s.dtype).min)),
+    ("ex-14-bug-padding-axis", padded_attention),
+    ("ex-14-bug-padding-axis", padded_attention_einsum),
+    ("ex-14-bug-causal-leak", lm_mask),
+    ("ex-14-bug-causal-leak", lambda T: torch.arange(T)[None, :] <= torch.arange(T)[:, None]),
+    ("ex-14-bug-corpus-bleu", corpus_bleu),
+    ("ex-14-bug-corpus-bleu", lambda h, r: bleu(h, r)["bleu"]),
+    ("ex-14-bug-log-zero", label_smoothed_loss),
+    ("ex-14-bug-log-zero", label_smoothed_loss_by_hand)])
 def test_gallery_fixes_pass(label, fn):
     result = grade(label, fn)
     assert result.passed, result.message
@@ -391,28 +391,28 @@ def mean_sentence_bleu(hyps, refs):
 
 
 @pytest.mark.parametrize("label,fn,fragment", [
-    ("ex-13-bug-mask-fill", lambda s, m: masked_weights(s, m, fill=-1e-12),
+    ("ex-14-bug-mask-fill", lambda s, m: masked_weights(s, m, fill=-1e-12),
      "-1e-12 is almost zero"),
-    ("ex-13-bug-mask-fill", lambda s, m: masked_weights(s, ~m), "inverted"),
-    ("ex-13-bug-mask-fill", lambda s, m: s.softmax(-1) * m, "zeroed after the softmax"),
-    ("ex-13-bug-mask-fill", lambda s, m: s.masked_fill_(~m, float("-inf")).softmax(-1), "in place"),
-    ("ex-13-bug-padding-axis", lambda *a: padded_attention(*a, axis=2), "query axis"),
-    ("ex-13-bug-padding-axis", lambda *a: padded_attention(*a, axis=2, fill=-1e9), "query axis"),
-    ("ex-13-bug-causal-leak", lambda T: lm_mask(T, diagonal=1), "off by one"),
-    ("ex-13-bug-causal-leak", lambda T: lm_mask(T).T, "upper triangle"),
-    ("ex-13-bug-causal-leak", lambda T: ~lm_mask(T), "inverted"),
-    ("ex-13-bug-causal-leak", lambda T: lm_mask(T).float(), "bool"),
-    ("ex-13-bug-corpus-bleu", mean_sentence_bleu, "mean of the sentences' scores"),
-    ("ex-13-bug-corpus-bleu", lambda h, r: corpus_bleu(h, r) / 100, "0..100 scale"),
-    ("ex-13-bug-corpus-bleu", lambda h, r: BLEU(tokenize="none").corpus_score(h, [r]).score,
+    ("ex-14-bug-mask-fill", lambda s, m: masked_weights(s, ~m), "inverted"),
+    ("ex-14-bug-mask-fill", lambda s, m: s.softmax(-1) * m, "zeroed after the softmax"),
+    ("ex-14-bug-mask-fill", lambda s, m: s.masked_fill_(~m, float("-inf")).softmax(-1), "in place"),
+    ("ex-14-bug-padding-axis", lambda *a: padded_attention(*a, axis=2), "query axis"),
+    ("ex-14-bug-padding-axis", lambda *a: padded_attention(*a, axis=2, fill=-1e9), "query axis"),
+    ("ex-14-bug-causal-leak", lambda T: lm_mask(T, diagonal=1), "off by one"),
+    ("ex-14-bug-causal-leak", lambda T: lm_mask(T).T, "upper triangle"),
+    ("ex-14-bug-causal-leak", lambda T: ~lm_mask(T), "inverted"),
+    ("ex-14-bug-causal-leak", lambda T: lm_mask(T).float(), "bool"),
+    ("ex-14-bug-corpus-bleu", mean_sentence_bleu, "mean of the sentences' scores"),
+    ("ex-14-bug-corpus-bleu", lambda h, r: corpus_bleu(h, r) / 100, "0..100 scale"),
+    ("ex-14-bug-corpus-bleu", lambda h, r: BLEU(tokenize="none").corpus_score(h, [r]).score,
      "13a"),
-    ("ex-13-bug-log-zero", label_smoothed_loss_buggy, "log(0)"),
-    ("ex-13-bug-log-zero", lambda *a: label_smoothed_loss_buggy(*a, clamp=True), "clamping"),
-    ("ex-13-bug-log-zero", lambda lg, t, eps: F.cross_entropy(lg.flatten(0, 1), t.flatten(),
+    ("ex-14-bug-log-zero", label_smoothed_loss_buggy, "log(0)"),
+    ("ex-14-bug-log-zero", lambda *a: label_smoothed_loss_buggy(*a, clamp=True), "clamping"),
+    ("ex-14-bug-log-zero", lambda lg, t, eps: F.cross_entropy(lg.flatten(0, 1), t.flatten(),
                                                               label_smoothing=eps),
      "PAD position too"),
-    ("ex-13-bug-log-zero", lambda *a: label_smoothed_loss(*a).item(), "0-dimensional tensor"),
-    ("ex-13-bug-log-zero", lambda *a: label_smoothed_loss(*a).detach(), "detached")])
+    ("ex-14-bug-log-zero", lambda *a: label_smoothed_loss(*a).item(), "0-dimensional tensor"),
+    ("ex-14-bug-log-zero", lambda *a: label_smoothed_loss(*a).detach(), "detached")])
 def test_gallery_bugs_and_half_fixes_get_their_hint(label, fn, fragment):
     assert_fails(label, fn, fragment)
 

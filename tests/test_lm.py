@@ -1,4 +1,4 @@
-"""Chapter 11: the decoder-only stack's key/value cache, sampling, and the one-sequence translator."""
+"""Chapter 12: the decoder-only stack's key/value cache, sampling, and the one-sequence translator."""
 import pytest
 import torch
 

@@ -10,7 +10,7 @@ ones in small batches.
 This module also holds the two things every batch of the book is read with: the mask of real
 tokens built from lengths (:func:`lengths_mask`) and the loss over real target tokens
 (:func:`translation_loss`, PAD ignored), used by every model and chapter from Part I's toy task
-to chapter 11's language model.
+to chapter 12's language model.
 
 Every example appears in exactly one batch of an epoch: nothing is dropped or truncated. An
 example that alone exceeds the budget is an error, not a silent skip.

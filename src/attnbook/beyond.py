@@ -1,4 +1,4 @@
-"""What comes next (chapter 12): attention that costs less, built from scratch and swapped into
+"""What comes next (chapter 13): attention that costs less, built from scratch and swapped into
 the book's own models.
 
 Three ways round the T x T matrix of softmax attention (chapter 4):
@@ -17,7 +17,7 @@ Three ways round the T x T matrix of softmax attention (chapter 4):
 
 Each mixer is called like :class:`attnbook.mha.MultiHeadAttention`,
 ``mixer(x, key_mask=None, causal=False) -> (out (B, T, d_model), None)``, so
-:func:`mixer_model` builds chapter 11's ``SelfAttentionStack(cfg, causal=True)`` and swaps the
+:func:`mixer_model` builds chapter 12's ``SelfAttentionStack(cfg, causal=True)`` and swaps the
 self-attention of every block for another mixer. :func:`reversal_batch` poses chapter 1's
 reversal task to such a decoder-only model as one sequence ``BOS source EOS target EOS``.
 
@@ -376,7 +376,7 @@ def make_mixer(kind: str, d_model: int, h: int) -> nn.Module:
 
 
 def mixer_model(cfg: TransformerConfig, kind: str) -> SelfAttentionStack:
-    """Chapter 11's decoder-only model, ``SelfAttentionStack(cfg, causal=True)``, with the
+    """Chapter 12's decoder-only model, ``SelfAttentionStack(cfg, causal=True)``, with the
     self-attention of every block replaced by the mixer ``kind`` (see :func:`make_mixer`).
     forward(ids (B, L), mask (B, L) or None) -> logits (B, L, V), as before."""
     if kind not in MIXERS:
@@ -472,7 +472,7 @@ def reversal_accuracy(model: nn.Module, lengths: Sequence[int], n_symbols: int,
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 12's reversal experiment: its settings and one run (``python -m attnbook.experiments.beyond_runs``
+# Chapter 13's reversal experiment: its settings and one run (``python -m attnbook.experiments.beyond_runs``
 # makes every run; the chapter and its exercises use the same settings)
 
 REVERSAL = dict(n_symbols=8, min_len=1, max_len=16, steps=1500, batch_size=32, lr=3e-3,

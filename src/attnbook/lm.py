@@ -1,4 +1,4 @@
-"""Decoder-only Transformers (chapter 11): language models, sampling, and translation as one sequence.
+"""Decoder-only Transformers (chapter 12): language models, sampling, and translation as one sequence.
 
 A decoder-only model is a causal :class:`attnbook.transformer.SelfAttentionStack`: token ids
 (B, L) -> logits (B, L, V), where ``logits[b, t]`` scores the token that follows ``ids[b, :t+1]``.

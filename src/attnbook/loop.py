@@ -1,5 +1,5 @@
 """The one small training loop of the book's short runs: the toy tasks of chapters 1-8, the
-exercises' measurements and chapter 12's comparisons. (Chapter 9's translator has its own,
+exercises' measurements and chapter 13's comparisons. (Chapter 9's translator has its own,
 :mod:`attnbook.training.loop`: checkpoints, resume, precision, several processes.)
 
 Every step does the same five things in the same order, so that two runs with the same seed

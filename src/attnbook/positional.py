@@ -37,7 +37,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """offset: an int (the tokens sit at positions offset .. offset + T - 1), or a (B, T)
-        int64 tensor giving every token its own position (chapter 11: padding anywhere in a
+        int64 tensor giving every token its own position (chapter 12: padding anywhere in a
         sequence without shifting the positions of its real tokens)."""
         if isinstance(offset, torch.Tensor):
             need = int(offset.max()) + 1 if offset.numel() else 0

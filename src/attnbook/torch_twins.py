@@ -162,7 +162,7 @@ def torch_transformer(model: Transformer, dropout: float = 0.0) -> nn.Transforme
 
 def torch_encoder(model: nn.Module) -> nn.TransformerEncoder:
     """An ``nn.TransformerEncoder`` with the blocks (and final LayerNorm) of a
-    :class:`attnbook.transformer.SelfAttentionStack` (chapter 11's decoder-only model is one,
+    :class:`attnbook.transformer.SelfAttentionStack` (chapter 12's decoder-only model is one,
     run with a causal mask), weights copied; on embedded inputs (B, T, d_model)."""
     c = model.cfg
     twin = nn.TransformerEncoder(nn.TransformerEncoderLayer(**_layer_kwargs(c)), c.n_layers,

@@ -87,7 +87,7 @@ class EncoderBlock(nn.Module):
 
     def forward(self, x, src_mask, causal: bool = False, cache: dict | None = None):
         """x: (B, S, d_model), src_mask: (B, S) -> (B, S, d_model). causal=True hides later
-        positions: the block of a decoder-only model (chapter 11). cache: the self-attention's
+        positions: the block of a decoder-only model (chapter 12). cache: the self-attention's
         key/value cache when generating one token at a time (then src_mask covers the cached
         positions and the new ones)."""
         if self.norm_first:
@@ -227,7 +227,7 @@ class SelfAttentionStack(nn.Module):
     forward(ids (B, T) int64, mask (B, T) bool or None, True at real tokens) -> (B, T, n_out).
     ``positions`` (B, T) int64 gives each token its own position instead of offset + 0..T-1, so
     that padding can sit anywhere without shifting the real tokens' positions; ``cache`` is the
-    key/value cache for generation, as in ``Transformer.decode`` (chapter 11).
+    key/value cache for generation, as in ``Transformer.decode`` (chapter 12).
     """
 
     def __init__(self, cfg: TransformerConfig, causal: bool, n_out: int | None = None):

@@ -481,7 +481,7 @@ def memory_to_decoder() -> Figure:
 
 
 # ---------------------------------------------------------------------------------------------
-# 6. Incremental decoding with the key/value cache (chapter 11)
+# 6. Incremental decoding with the key/value cache (chapter 12)
 
 def kv_cache() -> Figure:
     """Step t of generation in one self-attention layer: only the newest token is fed; its key

@@ -1,4 +1,4 @@
-"""The training runs of chapter 12: three token mixers, three seeds each, on two of the book's
+"""The training runs of chapter 13: three token mixers, three seeds each, on two of the book's
 tasks.
 
     python -m attnbook.experiments.beyond_runs --out results/cpu/beyond.json   # 24 minutes on a busy 2-core VM
@@ -6,9 +6,9 @@ tasks.
 1. **Reversal** (chapter 1's task as one sequence, :func:`attnbook.beyond.reversal_batch`):
    exact-match and per-token accuracy by length for softmax attention, linear attention and the
    gated recurrence, each in the same one-block decoder-only model.
-2. **Language model** (chapter 11's captions, model and recipe): validation loss of the same
-   three mixers in chapter 11's two-block model after 320 steps.
-3. **Variants** (the exercises ex-12-state-size and ex-12-more-state): the reversal model with
+2. **Language model** (chapter 12's captions, model and recipe): validation loss of the same
+   three mixers in chapter 12's two-block model after 320 steps.
+3. **Variants** (the exercises ex-13-state-size and ex-13-more-state): the reversal model with
    its mixer replaced by ``LinearAttention(32, 4)`` (4 heads) or ``GatedRecurrence(32,
    d_state=256)`` (eight times the state), trained and scored like the reversal runs.
 
@@ -49,14 +49,14 @@ LM = dict(vocab=4000, steps=320, warmup=32, lr=3e-3, max_tokens=1536, n_val=500,
           model=dict(d_model=64, h=4, d_ff=256, n_layers=2, dropout=0.0, norm_first=True))
 # The exercises' variants of the reversal model: name -> (mixer kind, the mixer put in its block)
 VARIANTS = {
-    "linear-4-heads": ("linear", lambda: LinearAttention(32, 4)),             # ex-12-state-size
-    "recurrent-state-256": ("recurrent", lambda: GatedRecurrence(32, d_state=256)),  # ex-12-more-state
+    "linear-4-heads": ("linear", lambda: LinearAttention(32, 4)),             # ex-13-state-size
+    "recurrent-state-256": ("recurrent", lambda: GatedRecurrence(32, d_state=256)),  # ex-13-more-state
 }
 PARTS = ("reversal", "lm", "variants")
 
 
 def caption_data():
-    """Chapter 11's data: (train batches, validation batches) of BOS caption EOS."""
+    """Chapter 12's data: (train batches, validation batches) of BOS caption EOS."""
     tok = multi30k_tokenizer(LM["vocab"])
     train = tok.encode_batch([en for _, en in load_multi30k("train", "de", "en")],
                              bos=True, eos=True)

@@ -1,4 +1,4 @@
-"""The evening scale (chapter 10): the ``cpu-base`` preset, chosen in chapter 9 for at most 30
+"""The evening scale (chapter 11): the ``cpu-base`` preset, chosen in chapter 9 for at most 30
 minutes of training on 2 CPU cores, trained with several seeds, one run after another with 2
 threads each, so that a run's minutes are what a reader's laptop would take.
 
@@ -93,7 +93,7 @@ def score(args, jobs: list) -> dict:
 def parser() -> Parser:
     p = Parser(prog="python -m attnbook.experiments.evening",
                description="The cpu-base preset with several seeds (and other models at it), "
-                           "one run at a time: chapter 10's evening scale.")
+                           "one run at a time: chapter 11's evening scale.")
     p.add_argument("--models", nargs="+", choices=ALL_MODELS, default=["transformer"])
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     add_run_options(p, "evening")

@@ -24,7 +24,7 @@ thread, and 3 seeds wherever it compares settings:
   300 of its 1,200 steps; seed 0 is the notebook's own, trained again identically, and seeds 1
   and 2 the same recipe), then BLEU, brevity penalty and mean output length on the first 300
   test sentences for beams 1, 2, 4, 8, 16 and alpha 0 and 0.6.
-* ``ex-11-whole-sequence-loss`` (chapter 11): cpu-tiny's decoder-only translator trained for
+* ``ex-12-whole-sequence-loss`` (chapter 12): cpu-tiny's decoder-only translator trained for
   the first 200 of its 1,200 steps (scaled down, to keep the whole command near 20 minutes of
   one core) with the loss on the target only and on the whole sequence
   (:func:`whole_sequence_loss`), same batches, 3 seeds; validation loss on the target tokens
@@ -98,7 +98,7 @@ TINY = {"ex-05-heads-width": dict(runs=[(2, 8, 3), (1, 8, 6)], seeds=(0, 1)),
         "ex-07-rope-length": dict(steps=3, lengths=[4, 24], n_batches=1, seeds=(0, 1)),
         "ex-08-warmup-experiment": dict(steps=3, lrs=[1e-2], layers=[1], seeds=(0,)),
         "ex-09-beam-width": dict(preset="smoke", steps=3, sentences=6, beams=[1, 2], seeds=(0,)),
-        "ex-11-whole-sequence-loss": dict(preset="smoke", steps=3, sentences=6, beam=2,
+        "ex-12-whole-sequence-loss": dict(preset="smoke", steps=3, sentences=6, beam=2,
                                           seeds=(0,))}
 
 
@@ -346,7 +346,7 @@ def beam_width(s: dict, work: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 11: the loss on the whole sequence
+# Chapter 12: the loss on the whole sequence
 
 def whole_sequence_loss(model, b, label_smoothing: float = 0.0) -> torch.Tensor:
     """The next-token loss on ``BOS source EOS target EOS``, source tokens included, for a
@@ -390,7 +390,7 @@ EXPERIMENTS = {"ex-05-heads-width": (heads_width, HEADS_WIDTH),
                "ex-07-rope-length": (rope_length, ROPE_LENGTH),
                "ex-08-warmup-experiment": (warmup_experiment, WARMUP),
                "ex-09-beam-width": (beam_width, BEAM_WIDTH),
-               "ex-11-whole-sequence-loss": (whole_sequence, WHOLE_SEQUENCE)}
+               "ex-12-whole-sequence-loss": (whole_sequence, WHOLE_SEQUENCE)}
 
 
 def run(name: str, tiny: bool = False) -> dict:

@@ -1,4 +1,4 @@
-"""The speedrun (chapter 10): the evening model (``cpu-base``) made to train in under ten
+"""The speedrun (chapter 11): the evening model (``cpu-base``) made to train in under ten
 minutes on 2 CPU cores, one change at a time, each change measured before it is kept.
 
     python -m attnbook.experiments.speedrun --out runs/speedrun --results results/cpu
@@ -196,7 +196,7 @@ def against_evening(runs: list[dict], evening: list[dict], refs: list[str]) -> l
 def parser() -> Parser:
     p = Parser(prog="python -m attnbook.experiments.speedrun",
                description="The speedrun: cpu-base made to train in under ten minutes on 2 "
-                           "cores, one measured change at a time (chapter 10).")
+                           "cores, one measured change at a time (chapter 11).")
     rows = [r[0] for r in LADDER + LONGER]
     p.add_argument("--rows", nargs="+", choices=rows, default=rows)
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))

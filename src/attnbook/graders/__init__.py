@@ -13,7 +13,7 @@ of printing.
 Layout: :mod:`.core` holds what every grader shares (:class:`Hint`, :class:`GradeResult`,
 :class:`Grader`, the registry ``GRADERS`` and its decorator :func:`grader`, the ``expect_*``
 helpers); each chapter's graders live in their own module, named after the chapter's notebook
-(``ch00_setup`` .. ``ch12_beyond_attention``; the workshop's in ``workshop``, ``workshop_blocks`` and
+(``ch00_setup`` .. ``ch13_beyond_attention``; the workshop's in ``workshop``, ``workshop_blocks`` and
 ``gallery``), and are imported here in book order, which is the order of ``GRADERS``. The graders
 import the library; the library never imports them.
 """
@@ -31,9 +31,9 @@ from .ch07_positional_encoding import check_apply_rope, check_sinusoid_table
 from .ch08_transformer import check_next_token, check_pre_ln_encoder_block, check_transformer_params
 from .ch09_training import check_corpus_bleu, check_modified_precision, check_smoothed_nll
 from .ch10_fair_race import check_perm_p
-from .ch11_decoder_only import (check_cached_attention_step, check_prompt_target,
+from .ch12_decoder_only import (check_cached_attention_step, check_prompt_target,
                                 check_temperature_softmax, check_top_k_filter)
-from .ch12_beyond_attention import check_online_update
+from .ch13_beyond_attention import check_online_update
 from .workshop import check_beam_search, check_train_step
 from .workshop_blocks import check_decode_step, check_decoder_block
 from .gallery import (check_gallery_corpus_bleu, check_label_smoothed_loss, check_lm_mask,

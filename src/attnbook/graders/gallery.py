@@ -1,4 +1,4 @@
-"""The workshop (notebooks/13_workshop), part 2: the graders of the bug gallery.
+"""The workshop (notebooks/14_workshop), part 2: the graders of the bug gallery.
 
 Each exercise hands the reader a function with a bug that real code has shipped, and its symptom;
 the reader writes the fixed function. The grader compares the fix with the package's version
@@ -25,7 +25,7 @@ def _close(a, b, atol=1e-5):
 # ---------------------------------------------------------------------------------------------
 # Bug 1: masking with -1e-12
 
-@grader("ex-13-bug-mask-fill", target="masked_weights")
+@grader("ex-14-bug-mask-fill", target="masked_weights")
 def check_masked_weights(fn):
     """Checks ``masked_weights(scores, mask) -> weights`` against attention.masked_softmax (rows
     with at least one allowed key)."""
@@ -77,7 +77,7 @@ AXIS = ("the padding mask is broadcast over the query axis: key_mask[:, :, None]
         "is NaN; mask the keys, the last axis: key_mask[:, None, :], shape (B, 1, S)")
 
 
-@grader("ex-13-bug-padding-axis", target="padded_attention")
+@grader("ex-14-bug-padding-axis", target="padded_attention")
 def check_padded_attention(fn):
     """Checks ``padded_attention(q, k, v, key_mask) -> (B, T, d_v)`` against
     attention.scaled_dot_product_attention with padding_mask(key_mask, heads=False)."""
@@ -119,7 +119,7 @@ def check_padded_attention(fn):
 # ---------------------------------------------------------------------------------------------
 # Bug 3: a causal mask that leaks
 
-@grader("ex-13-bug-causal-leak", target="lm_mask")
+@grader("ex-14-bug-causal-leak", target="lm_mask")
 def check_lm_mask(fn):
     """Checks ``lm_mask(T) -> (T, T) bool`` (True = may attend) against attention.causal_mask."""
     for T in (2, 5, 9, 1):
@@ -171,7 +171,7 @@ def _number(x, on):
     return float(x)
 
 
-@grader("ex-13-bug-corpus-bleu", target="corpus_bleu")
+@grader("ex-14-bug-corpus-bleu", target="corpus_bleu")
 def check_gallery_corpus_bleu(fn):
     """Checks ``corpus_bleu(hypotheses, references) -> float`` (detokenised text, one reference
     each) against sacreBLEU's corpus score with its default 13a tokenisation, 0..100."""
@@ -211,7 +211,7 @@ LOG_ZERO = ("log(0): softmax underflows to exactly 0 for a token whose logit is 
             "log-probabilities directly with log_softmax, which stays finite")
 
 
-@grader("ex-13-bug-log-zero", target="label_smoothed_loss")
+@grader("ex-14-bug-log-zero", target="label_smoothed_loss")
 def check_label_smoothed_loss(fn):
     """Checks ``label_smoothed_loss(logits, tgt_out, eps) -> 0-dim tensor`` against
     batching.translation_loss (mean over the real tokens, eps spread over the whole vocabulary)."""

@@ -1,4 +1,4 @@
-"""The workshop (notebooks/13_workshop), part 1: the graders of beam search and of one training
+"""The workshop (notebooks/14_workshop), part 1: the graders of beam search and of one training
 step (the decoder block and the key/value cache are in :mod:`.workshop_blocks`).
 
 Each grader compares the reader's code with the package's (decoding.beam_search,
@@ -118,7 +118,7 @@ def _same(a, b):
     return a[0] == b[0] and math.isclose(a[1], b[1], abs_tol=1e-4)
 
 
-@grader("ex-13-beam-search", target="beam_search")
+@grader("ex-14-beam-search", target="beam_search")
 def check_beam_search(fn):
     """Checks ``beam_search(log_probs, beam_size, max_len, alpha) -> (tokens, score)`` against
     decoding.beam_search on toy next-token distributions. A wrong answer is compared with each
@@ -224,7 +224,7 @@ def _close_losses(a, b):
     return all(math.isclose(x, y, rel_tol=1e-4, abs_tol=1e-5) for x, y in zip(a, b))
 
 
-@grader("ex-13-train-step", target="train_step")
+@grader("ex-14-train-step", target="train_step")
 def check_train_step(fn):
     """Checks ``train_step(model, batch, optimizer, scheduler, clip, label_smoothing) -> float``:
     two steps on a tiny Transformer with SGD and a warm-up schedule, against the package's step."""

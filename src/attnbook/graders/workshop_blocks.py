@@ -1,4 +1,4 @@
-"""The workshop (notebooks/13_workshop), part 1 continued: the graders of a whole decoder block
+"""The workshop (notebooks/14_workshop), part 1 continued: the graders of a whole decoder block
 and of the key/value cache of a whole decoder.
 
 Both compare the reader's code with the package's (transformer.DecoderBlock, Transformer.decode
@@ -89,7 +89,7 @@ def _forbid(module, what):
     return module.register_forward_pre_hook(hook, with_kwargs=True)
 
 
-@grader("ex-13-decoder-block", target="decoder_block")
+@grader("ex-14-decoder-block", target="decoder_block")
 def check_decoder_block(fn):
     """Checks ``decoder_block(block, x, memory, tgt_mask, src_mask) -> (B, T, d_model)`` against
     DecoderBlock (post-LN, eval mode) at the real target positions."""
@@ -160,7 +160,7 @@ def _watch(model, record):
     return hooks
 
 
-@grader("ex-13-kv-cache", target="decode_step")
+@grader("ex-14-kv-cache", target="decode_step")
 def check_decode_step(fn):
     """Checks ``decode_step(model, new_ids, memory, src_mask, cache) -> logits (B, V)`` step by
     step against ``model.decode`` on the whole prefix (no cache)."""

@@ -316,18 +316,21 @@ def save_snapshot(run: Run) -> None:
                     step=run.step, elapsed=run.clock())
 
 
-def evaluate_and_save(run: Run, loss: torch.Tensor, log, bar=None) -> None:
+def evaluate_and_save(run: Run, loss: torch.Tensor, log, bar=None, on_eval=None) -> None:
     """Stop the clock; rank 0 logs the losses and the attention entropy on the first validation
-    batch to ``log`` (and to ``bar`` if given) and saves the checkpoint; restart the clock."""
+    batch to ``log`` (and to ``bar`` and ``on_eval(line)`` if given) and saves the checkpoint;
+    restart the clock."""
     import torch.distributed as dist
     run.elapsed += time.perf_counter() - run.start
     if run.main_rank:
         val = validation_loss(run.model, run.data.val, run.device)
         probe = run.data.val.batch(run.data.val.epoch_groups(0)[0]).to(run.device)
-        log.write(json.dumps({"step": run.step, "epoch": run.epoch, "train_loss": loss.item(),
-                              "val_loss": val, "elapsed_s": run.elapsed,
-                              "attention_entropy": attention_entropy(run.model, probe)}) + "\n")
+        line = {"step": run.step, "epoch": run.epoch, "train_loss": loss.item(), "val_loss": val,
+                "elapsed_s": run.elapsed, "attention_entropy": attention_entropy(run.model, probe)}
+        log.write(json.dumps(line) + "\n")
         log.flush()
+        if on_eval is not None:
+            on_eval(line)
         if bar is not None:
             bar.write(f"step {run.step}: train loss {loss.item():.3f}, val loss {val:.3f}")
         save_state(run)
@@ -369,7 +372,8 @@ def finish(run: Run, evaluate: bool = True) -> dict:
 
 def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
           device: torch.device | None = None, progress: bool = True,
-          stop_after: int | None = None, evaluate: bool = True, loss_fn=None) -> dict:
+          stop_after: int | None = None, evaluate: bool = True, loss_fn=None,
+          on_eval=None) -> dict:
     """Train (or resume) a run in folder ``out``; returns the metrics also written there.
 
     One optimiser step uses ``world_size * accum_steps`` consecutive batches of the
@@ -382,8 +386,9 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
     (the tests use it to check that resuming gives exactly the uninterrupted result).
     ``evaluate=False`` skips the final BLEU (the experiments decode their snapshots later).
     ``loss_fn(model, b, label_smoothing) -> loss`` replaces the training loss (default: the
-    book's one loss on the target tokens; chapter 11's exercise trains on the whole sequence);
-    validation and BLEU stay as they are.
+    book's one loss on the target tokens; chapter 12's exercise trains on the whole sequence);
+    validation and BLEU stay as they are. ``on_eval(line)`` is called with each log line as it
+    is written (chapter 11 redraws its curves with it).
 
     At every evaluation ``log.jsonl`` gets the step, the losses, the elapsed training time and
     the attention entropy of every attention layer on the first validation batch. A run first
@@ -412,7 +417,7 @@ def train(cfg: TrainConfig, out: Path, resume: bool = False, data_dir=None,
                             tok_s=f"{run.tokens_seen / run.clock():,.0f}")
         done = finished(run)
         if run.step % cfg.eval_every == 0 or done:
-            evaluate_and_save(run, loss, log, bar if progress else None)
+            evaluate_and_save(run, loss, log, bar if progress else None, on_eval)
         if stop_after is not None and steps_this_call >= stop_after:  # as if killed here
             run.elapsed += time.perf_counter() - run.start
             save_state(run)

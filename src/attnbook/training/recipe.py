@@ -77,8 +77,8 @@ class TrainConfig:
 # Every model of the book, trained and evaluated by the same harness (chapter 10's leaderboard):
 # the GRU encoder-decoder of chapter 1 (no attention), of chapter 2 (additive attention) and of
 # chapter 3 (dot-product attention), the Transformer of chapter 8 and the decoder-only model of
-# chapter 11.
-# Chapter 11's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
+# chapter 12.
+# Chapter 12's decoder-only Transformer, which reads "BOS source EOS target" as one sequence,
 # trains with the same harness and is on the same board.
 MODELS = ("gru", "gru-additive", "gru-dot", "transformer", "decoder-only")
 # Two more train with the same harness at cpu-tiny, each added to chapter 10's sweep and board

@@ -195,7 +195,7 @@ STORED_MODELS: dict[str, tuple[str, dict[str, str]]] = {
                  {"weights.pt": "4086927d2761cec900eedbbf06d439993bf2c4811cebb953cbcc00cfc7f17d92",
                   "config.json": "37511d460bf2a7152519a40f08e5c5268b3a6d41d8969f0f19d239843f18f789",
                   "tokenizer.model": "65f1be612c80ae7fa14ee317dae6933e8889c9ac3f34d461c7fa2b9fa4defe60"}),
-    "cpu-base": ("chapter 10's cpu-base model (medium), the mean of its last five snapshots "
+    "cpu-base": ("chapter 11's cpu-base model (medium), the mean of its last five snapshots "
                  "(results/cpu/cpu_base.json), float16",
                  {"weights.pt": "8492c20a6cc238646638c4d1e028f99cf93d5c2b8f3c633fe079213fdc579888",
                   "config.json": "3354bc7ee001c7d2af1b5a7b6ff2b52588ad585cd82d7ca179eb8ec90dc84c04",
@@ -234,7 +234,7 @@ def load_stored(name: str, device=None, folder: Path | None = None):
     """(model, tokenizer, config) of a trained model stored in the package, in float32 and in
     evaluation mode, ready to translate with :func:`attnbook.decoding.translate`:
     ``load_stored("cpu-tiny")`` is chapter 9's cpu-tiny Transformer (seed 0, 1,200 steps),
-    ``load_stored("cpu-base")`` chapter 10's cpu-base model (the mean of its last five snapshots),
+    ``load_stored("cpu-base")`` chapter 11's cpu-base model (the mean of its last five snapshots),
     ``load_stored("gru-additive")`` the leaderboard's GRU with additive attention (seed 0), the
     model of the page of Bahdanau's attention (book/explorer_bahdanau.md).
 

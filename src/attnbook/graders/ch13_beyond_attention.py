@@ -1,4 +1,4 @@
-"""Chapter 12 (beyond attention): the grader of one step of the online softmax.
+"""Chapter 13 (beyond attention): the grader of one step of the online softmax.
 
 ``online_update(m, l, acc, s, v)`` folds one block of scores into the running state of each
 query, as :func:`attnbook.beyond.online_softmax_attention` does: m (..., Bq, 1) the running
@@ -66,7 +66,7 @@ def _c12_name_mistake(fn_out, s_blocks, v_blocks) -> str:
     return ""
 
 
-@grader("ex-12-online-softmax", target="online_update")
+@grader("ex-13-online-softmax", target="online_update")
 def check_online_update(fn) -> int:
     g = torch.Generator().manual_seed(11)
     n = 0

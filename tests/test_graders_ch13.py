@@ -1,11 +1,11 @@
-"""Chapter 12's grader: the online-softmax step passes as written in the book, and each classic
+"""Chapter 13's grader: the online-softmax step passes as written in the book, and each classic
 mistake fails with the hint that names it."""
 import pytest
 
 from attnbook.graders import GRADERS
-from attnbook.graders.ch12_beyond_attention import MISTAKES, _c12_reference
+from attnbook.graders.ch13_beyond_attention import MISTAKES, _c12_reference
 
-G = GRADERS["ex-12-online-softmax"]
+G = GRADERS["ex-13-online-softmax"]
 
 
 def test_the_reference_passes():

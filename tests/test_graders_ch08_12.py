@@ -15,8 +15,8 @@ from graderkit import assert_fails, assert_registered, grade, stub
 LABELS = {"ex-08-pre-ln-block": "pre_ln_encoder_block", "ex-08-param-count": "transformer_params",
           "ex-08-next-token": "next_token", "ex-09-label-smoothing": "smoothed_nll",
           "ex-09-modified-precision": "modified_precision", "ex-09-corpus-bleu": "corpus_bleu",
-          "ex-11-top-k": "top_k_filter", "ex-11-temperature": "temperature_softmax",
-          "ex-11-prompt-target": "prompt_target", "ex-11-cached-step": "cached_attention_step"}
+          "ex-12-top-k": "top_k_filter", "ex-12-temperature": "temperature_softmax",
+          "ex-12-prompt-target": "prompt_target", "ex-12-cached-step": "cached_attention_step"}
 
 
 def test_graders_are_registered_with_their_targets():
@@ -136,9 +136,9 @@ def cached_attention_step(q, k_new, v_new, cache, *, scale=True, prepend=False, 
 REFERENCES = {"ex-08-pre-ln-block": pre_ln_encoder_block,
               "ex-08-param-count": transformer_params, "ex-08-next-token": next_token,
               "ex-09-label-smoothing": smoothed_nll, "ex-09-modified-precision": modified_precision,
-              "ex-09-corpus-bleu": corpus_bleu, "ex-11-top-k": top_k_filter,
-              "ex-11-temperature": temperature_softmax, "ex-11-prompt-target": prompt_target,
-              "ex-11-cached-step": cached_attention_step}
+              "ex-09-corpus-bleu": corpus_bleu, "ex-12-top-k": top_k_filter,
+              "ex-12-temperature": temperature_softmax, "ex-12-prompt-target": prompt_target,
+              "ex-12-cached-step": cached_attention_step}
 
 
 @pytest.mark.parametrize("label", LABELS)
@@ -187,26 +187,26 @@ def switched(fn, **switches):
     ("ex-09-corpus-bleu", switched(corpus_bleu, scale=1), ["0..100 scale"]),
     ("ex-09-corpus-bleu", switched(corpus_bleu, brevity=False), ["brevity penalty"]),
     ("ex-09-corpus-bleu", mean_sentence_bleu, ["not the mean of sentence BLEUs"]),
-    # chapter 11
-    ("ex-11-top-k", switched(top_k_filter, in_place=True), ["input logits were changed"]),
-    ("ex-11-top-k", switched(top_k_filter, fill=0.0), ["float('-inf')"]),
-    ("ex-11-top-k", lambda lg, k: top_k_filter(lg, k).softmax(-1), ["sum to 1", "not probabilities"]),
-    ("ex-11-top-k", switched(top_k_filter, exactly_k=True), ["ties", "equal to the k-th largest"]),
-    ("ex-11-top-k", lambda lg, k: top_k_filter(lg, k + 1), ["logits kept per row"]),
-    ("ex-11-temperature", switched(temperature_softmax, multiply=True), ["multiplied by tau"]),
-    ("ex-11-temperature", lambda lg, tau: temperature_softmax(lg, 1.0 if tau else 0),
+    # chapter 12
+    ("ex-12-top-k", switched(top_k_filter, in_place=True), ["input logits were changed"]),
+    ("ex-12-top-k", switched(top_k_filter, fill=0.0), ["float('-inf')"]),
+    ("ex-12-top-k", lambda lg, k: top_k_filter(lg, k).softmax(-1), ["sum to 1", "not probabilities"]),
+    ("ex-12-top-k", switched(top_k_filter, exactly_k=True), ["ties", "equal to the k-th largest"]),
+    ("ex-12-top-k", lambda lg, k: top_k_filter(lg, k + 1), ["logits kept per row"]),
+    ("ex-12-temperature", switched(temperature_softmax, multiply=True), ["multiplied by tau"]),
+    ("ex-12-temperature", lambda lg, tau: temperature_softmax(lg, 1.0 if tau else 0),
      ["temperature is missing"]),
-    ("ex-11-temperature", lambda lg, tau: (lg / tau).softmax(-1), ["dividing by tau = 0"]),
-    ("ex-11-temperature", lambda lg, tau: temperature_softmax(lg, tau, dim=0) if tau else
+    ("ex-12-temperature", lambda lg, tau: (lg / tau).softmax(-1), ["dividing by tau = 0"]),
+    ("ex-12-temperature", lambda lg, tau: temperature_softmax(lg, tau, dim=0) if tau else
      temperature_softmax(lg, tau), ["sum to 1 over the last dimension"]),
-    ("ex-11-prompt-target", switched(prompt_target, keep_last=True), ["without its last token"]),
-    ("ex-11-prompt-target", switched(prompt_target, no_shift=True), ["shift by one"]),
-    ("ex-11-prompt-target", switched(prompt_target, prompt_in_loss=True),
+    ("ex-12-prompt-target", switched(prompt_target, keep_last=True), ["without its last token"]),
+    ("ex-12-prompt-target", switched(prompt_target, no_shift=True), ["shift by one"]),
+    ("ex-12-prompt-target", switched(prompt_target, prompt_in_loss=True),
      ["kept the prompt in the loss"]),
-    ("ex-11-cached-step", switched(cached_attention_step, scale=False), ["sqrt(d_k)"]),
-    ("ex-11-cached-step", switched(cached_attention_step, prepend=True), ["*last* row"]),
-    ("ex-11-cached-step", switched(cached_attention_step, keep_dim=True), ["not (B, 1, d_k)"]),
-    ("ex-11-cached-step", lambda q, k, v, cache: cached_attention_step(q, k, v, {}),
+    ("ex-12-cached-step", switched(cached_attention_step, scale=False), ["sqrt(d_k)"]),
+    ("ex-12-cached-step", switched(cached_attention_step, prepend=True), ["*last* row"]),
+    ("ex-12-cached-step", switched(cached_attention_step, keep_dim=True), ["not (B, 1, d_k)"]),
+    ("ex-12-cached-step", lambda q, k, v, cache: cached_attention_step(q, k, v, {}),
      ["cache must hold"]),
 ])
 def test_typical_mistakes_get_a_hint_that_names_them(label, wrong, fragments):

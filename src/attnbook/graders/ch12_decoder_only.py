@@ -1,4 +1,4 @@
-"""Chapter 11 (from translation to chatbots): the graders of top-k filtering, the temperature,
+"""Chapter 12 (from translation to chatbots): the graders of top-k filtering, the temperature,
 the prompt's loss targets and one step of attention with a key-value cache."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _c11_top_k_ref(logits, k):
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
-@grader("ex-11-top-k", target="top_k_filter")
+@grader("ex-12-top-k", target="top_k_filter")
 def check_top_k_filter(fn):
     """Checks ``top_k_filter(logits (B, V), k) -> (B, V)``: the k largest per row kept, the rest -inf."""
     n = 0
@@ -67,7 +67,7 @@ def _c11_temperature_ref(logits, tau):
     return (logits / tau).softmax(-1)
 
 
-@grader("ex-11-temperature", target="temperature_softmax")
+@grader("ex-12-temperature", target="temperature_softmax")
 def check_temperature_softmax(fn):
     """Checks ``temperature_softmax(logits (..., V), tau) -> (..., V)``."""
     n = 0
@@ -101,7 +101,7 @@ def check_temperature_softmax(fn):
     return n
 
 
-@grader("ex-11-prompt-target", target="prompt_target")
+@grader("ex-12-prompt-target", target="prompt_target")
 def check_prompt_target(fn):
     """Checks ``prompt_target(src, tgt) -> (inputs, targets)`` (lists) against the package."""
     n = 0
@@ -134,7 +134,7 @@ def check_prompt_target(fn):
     return n
 
 
-@grader("ex-11-cached-step", target="cached_attention_step")
+@grader("ex-12-cached-step", target="cached_attention_step")
 def check_cached_attention_step(fn):
     """Checks ``cached_attention_step(q, k_new, v_new, cache) -> (B, d_k)`` over t calls."""
     n = 0

@@ -105,6 +105,37 @@ def test_the_step_that_spends_the_budget_is_evaluated(tmp_path, monkeypatch, bud
     assert metrics["steps"] < 100 and [e["step"] for e in log] == [metrics["steps"]]
 
 
+@needs_data
+def test_on_eval_sees_each_log_line_as_it_is_written(tmp_path):
+    """Chapter 11 redraws its curve from these: the same lines as log.jsonl, in order."""
+    seen = []
+    cfg = replace(PRESETS["smoke"], max_steps=6, eval_every=3, eval_sentences=2)
+    train(cfg, tmp_path / "run", device=torch.device("cpu"), progress=False, evaluate=False,
+          on_eval=lambda line: seen.append((line["step"], line["val_loss"])))
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert seen == [(e["step"], e["val_loss"]) for e in log] and [s for s, _ in seen] == [3, 6]
+
+
+@needs_data
+def test_a_step_counts_its_tokens_before_the_batch_goes_to_the_device(tmp_path, monkeypatch):
+    """On a GPU, counting a batch's tokens after ``.to(device)`` makes the CPU wait for the
+    step before it, and the GPU then waits for the next batch: the loop counts them on the CPU."""
+    from attnbook import batching
+
+    class OnDevice(batching.Batch):
+        @property
+        def n_tgt_tokens(self):
+            raise AssertionError("tokens counted on the device: a GPU sync at every step")
+
+    to = batching.Batch.to
+    monkeypatch.setattr(batching.Batch, "to",
+                        lambda self, device: OnDevice(*vars(to(self, device)).values()))
+    cfg = replace(PRESETS["smoke"], max_steps=2, eval_every=2, eval_sentences=2)
+    metrics = train(cfg, tmp_path / "run", device=torch.device("cpu"), progress=False,
+                    evaluate=False)
+    assert metrics["steps"] == 2 and metrics["train_tokens"] > 0
+
+
 def test_checkpoints_load_with_weights_only(tmp_path):
     path = tmp_path / "evil.pt"
     import argparse

@@ -115,10 +115,11 @@ def validation_loss(model, batches: TranslationBatches, device) -> float:
     model.eval()
     total, n = 0.0, 0
     for batch in batches:
+        n_b = batch.n_tgt_tokens                     # counted on the CPU, before the copy
         b = batch.to(device)
         logits = forward_logits(model, b)
-        total += translation_loss(logits, b.tgt_out).item() * b.n_tgt_tokens
-        n += b.n_tgt_tokens
+        total += translation_loss(logits, b.tgt_out).item() * n_b
+        n += n_b
     model.train()
     return total / n
 
@@ -270,17 +271,24 @@ def train_step(run: Run, loss_fn=None) -> torch.Tensor:
     """One optimiser step: this rank's ``accum_steps`` of the next ``world * accum_steps``
     batches, their gradients accumulated (and averaged over the ranks), clipped, applied.
     Returns the last batch's loss."""
-    import torch.distributed as dist
-    cfg, k = run.cfg, run.cfg.accum_steps
+    k = run.cfg.accum_steps
     mine = next_groups(run, run.world * k)[run.rank * k:(run.rank + 1) * k]
-    n_tokens = 0
-    for i, idx in enumerate(mine):
-        b = run.data.train.batch(idx).to(run.device)
+    batches = [run.data.train.batch(idx) for idx in mine]
+    n_tokens = sum(b.n_tgt_tokens for b in batches)   # counted on the CPU: on a GPU, a count
+    #                                                   after the copy would wait for the step
+    return step_on(run, [b.to(run.device) for b in batches], n_tokens, loss_fn)
+
+
+def step_on(run: Run, batches: list, n_tokens: int, loss_fn=None) -> torch.Tensor:
+    """The optimiser step of :func:`train_step` on ``batches`` already on the device, with
+    ``n_tokens`` real target tokens in them (``attnbook.benchmarks.loop`` times it alone)."""
+    import torch.distributed as dist
+    cfg, k = run.cfg, len(batches)
+    for i, b in enumerate(batches):
         loss = batch_loss(run, b, loss_fn)
-        sync = run.world == 1 or i == len(mine) - 1   # DDP: all-reduce after the last batch only
+        sync = run.world == 1 or i == k - 1   # DDP: all-reduce after the last batch only
         with contextlib.nullcontext() if sync else run.fwd.no_sync():
             run.scaler.scale(loss / k).backward()
-        n_tokens += b.n_tgt_tokens
     if cfg.clip:
         run.scaler.unscale_(run.opt)          # fp16: clip the true gradients, not scaled ones
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.clip)

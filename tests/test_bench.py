@@ -92,6 +92,13 @@ def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
         assert len(call.git_commit) == 40 and call.date and call.threads == 1
         assert call.command.startswith("python -m attnbook.benchmarks --quick")
         assert 0 < call.wall_s < 300 and res["settings"]
+    loop = results["cpu"]["loop"]                 # the real loop against its step alone
+    rows = {r["name"]: r for r in loop["results"]}
+    assert set(rows) == {"loop", "step alone"} and loop["settings"]["preset"] == "smoke"
+    assert all(r["tokens_per_s"] > 0 and r["mfu"] is None and r["of_matmul_ceiling"] > 0
+               for r in rows.values())
+    assert loop["loop_over_step"] == rows["loop"]["tokens_per_s"] / rows["step alone"]["tokens_per_s"]
+    assert loop["profile"] and all(p["self_cpu_ms_per_step"] >= 0 for p in loop["profile"])
     att = results["cpu"]["attention"]
     names = {r["name"] for r in att["results"]}
     assert {"book kernel", "F.scaled_dot_product_attention", "book MultiHeadAttention",

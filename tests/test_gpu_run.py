@@ -84,7 +84,7 @@ def test_dry_run_scores_the_best_with_beam_and_greedy_search(dry_run):
 def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     out, summary = dry_run
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert files == ["cpu/attention.json", "cpu/decoding.json", "cpu/recurrence.json",
+    assert files == ["cpu/attention.json", "cpu/decoding.json", "cpu/loop.json", "cpu/recurrence.json",
                      "cpu/training.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
     assert len(files) <= 8                        # what a lent machine gives back
     (prov,) = summary["calls"]                     # the one provenance record (attnbook.experiments.store)
@@ -109,7 +109,7 @@ def test_collect_copies_the_files_and_draws_the_benchmark_figures(dry_run, tmp_p
     out, _ = dry_run
     copied = gpu_run.collect(out, tmp_path / "results", allow_dry=True)
     names = sorted(p.relative_to(tmp_path / "results").as_posix() for p in copied)
-    assert names == ["bench/cpu/attention.json", "bench/cpu/decoding.json",
+    assert names == ["bench/cpu/attention.json", "bench/cpu/decoding.json", "bench/cpu/loop.json",
                      "bench/cpu/recurrence.json", "bench/cpu/training.json",
                      "gpu/gpu_run_dry.json", "gpu/gpu_run_dry.png"]
     for section in SECTIONS:
@@ -324,3 +324,46 @@ def test_the_seeds_plan_races_the_chosen_recipes_and_fits_its_deadline():
             (chosen.peak_lr, chosen.warmup, chosen.max_tokens, chosen.arch)
     assert sorted(c.get("seed") for _, c in seeds.candidates.values()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert gpu_run.result_stem("seeds") == "gpu_run_seeds"
+
+
+def test_an_alone_plan_trains_its_candidates_one_at_a_time(tmp_path, monkeypatch):
+    """select and families give each run the GPU to itself: one training process at a time."""
+    calls = []
+    monkeypatch.setattr(gpu_run, "run_processes", lambda commands, limit, *a, **k: calls.append(
+        (commands, limit)) or {"status": "ok", "return_codes": [0] * len(commands),
+                               "limit_s": limit, "seconds": 0.0})
+    plan = gpu_run.PLANS["dry-select"]
+    (tmp_path / "out").mkdir()
+    parts = gpu_run.run_parts(plan, tmp_path / "out", tmp_path / "work", None, only=["train"])
+    assert [len(c) for c, _ in calls] == [1] * len(plan.candidates) and len(calls) == 2
+    assert [c[0][-1] for c, _ in calls] == list(plan.candidates)          # in the plan's order
+    assert parts["train"]["status"] == "ok" and parts["train"]["one_at_a_time"]
+    calls.clear()
+    gpu_run.run_parts(gpu_run.DRY, tmp_path / "out", tmp_path / "work", None, only=["train"])
+    assert [len(c) for c, _ in calls] == [len(gpu_run.DRY.candidates)]     # the race: at once
+
+
+def test_one_at_a_time_shares_what_is_left_of_the_limit(tmp_path):
+    quick = [sys.executable, "-c", "pass"]
+    slow = [sys.executable, "-c", "import time; time.sleep(30)"]
+    done = gpu_run.run_one_at_a_time([quick, quick], 60, tmp_path / "log")
+    assert done["status"] == "ok" and done["return_codes"] == [0, 0] and done["seconds"] < 30
+    late = gpu_run.run_one_at_a_time([slow, quick], 2, tmp_path / "log")
+    assert late["status"] == "timeout" and late["seconds"] < 10
+
+
+def test_the_prepared_gpu_plans_fit_their_calls():
+    """The calls a GPU session runs at once (issue 38): each plan's parts fit its deadline, and
+    every candidate is a valid configuration of gpu-base."""
+    for k in range(3):
+        plan = gpu_run.PLANS[f"families{k}"]
+        assert plan.alone and plan.score_all and plan.device == "cuda"
+        assert [m for m, _ in plan.candidates.values()] == list(gpu_run.FAMILIES)
+        assert all(c["seed"] == k for _, c in plan.candidates.values())
+    for name in ("select", "families0", "seeds", "eager"):        # full: its deadline cuts the last
+        plan = gpu_run.PLANS[name]
+        assert sum(plan.limits[p] for p in plan.parts) <= plan.minutes * 60 + 60, name
+        if plan.alone:            # every run's training fits its share of the train part
+            assert plan.train_seconds * len(plan.candidates) < plan.limits["train"]
+        for c in plan.candidates:
+            gpu_run.candidate_config(plan, c)                 # raises on an invalid one

@@ -136,6 +136,27 @@ def test_a_step_counts_its_tokens_before_the_batch_goes_to_the_device(tmp_path, 
     assert metrics["steps"] == 2 and metrics["train_tokens"] > 0
 
 
+@needs_data
+def test_step_on_the_loops_batches_is_the_loops_step(tmp_path):
+    """The loop benchmark times step_on alone: on the loop's own batches it trains the same
+    weights, bit for bit, as train_step."""
+    from attnbook.training.loop import next_groups, setup, step_on, train_step
+    cfg = override(PRESETS["smoke"], max_steps=3, eval_every=3, eval_sentences=2, dropout=0.1)
+    cpu = torch.device("cpu")
+    a = setup(cfg, tmp_path / "a", device=cpu)
+    a.model.train()
+    for _ in range(3):
+        train_step(a)
+    b = setup(cfg, tmp_path / "b", device=cpu)        # seeded again: the same dropout masks
+    b.model.train()
+    for _ in range(3):
+        batch = b.data.train.batch(next_groups(b, 1)[0])
+        step_on(b, [batch.to(cpu)], batch.n_tgt_tokens)
+    assert (a.step, a.tokens_seen) == (b.step, b.tokens_seen)
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(),
+                                                 b.model.state_dict().values()))
+
+
 def test_checkpoints_load_with_weights_only(tmp_path):
     path = tmp_path / "evil.pt"
     import argparse

@@ -2,7 +2,8 @@
 (``make bench``, the command in ``benchmarks``) and the GPU call (``attnbook.experiments.gpu_run``) run, and what
 the appendix reads and draws.
 
-Four measurements, each against PyTorch's own modules and, where it is known, the hardware limit:
+Five measurements, each against PyTorch's own modules (or the loop's own step) and, where it is
+known, the hardware limit:
 
 * ``attention``: the book's from-scratch attention against ``F.scaled_dot_product_attention``
   (the raw kernels), and the book's ``MultiHeadAttention`` against ``nn.MultiheadAttention``
@@ -13,7 +14,9 @@ Four measurements, each against PyTorch's own modules and, where it is known, th
   model-FLOPs utilisation (MFU) where the device's peak is known;
 * ``decoding``: greedy and beam search with and without the key/value cache, 64-token outputs;
 * ``recurrence``: time per training step of the GRU encoder-decoders and the Transformer as the
-  sequence length grows: the parallelism argument of the paper.
+  sequence length grows: the parallelism argument of the paper;
+* ``loop``: the real training loop against its step alone on the loop's own batches, with a
+  profile of the loop (``attnbook.benchmarks.loop``; it needs the Multi30k files).
 
 Each runs on the CPU and, when PyTorch sees one, on a CUDA GPU, and writes
 ``OUT/<cpu|cuda>/<name>.json`` (:mod:`attnbook.experiments.store`'s format: settings and every
@@ -45,6 +48,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .attention import bench_attention, interleaved  # noqa: F401 (re-exported)
+from .loop import bench_loop, plot_loop
 from .models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # noqa: F401
                            bench_decoding, bench_recurrence, bench_training,
                            bench_training_config, gpu_peak_flops, matmul_params, matmul_rate,
@@ -53,7 +57,7 @@ from ..experiments import store
 from ..plotting import OKABE_ITO, use_book_style
 from ..utils import count_parameters  # noqa: F401 (re-exported)
 
-SECTIONS = ("attention", "training", "decoding", "recurrence")
+SECTIONS = ("attention", "training", "decoding", "recurrence", "loop")
 SCHEMA = 1
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_OUT = ROOT / "results" / "bench"
@@ -225,9 +229,10 @@ def plot_recurrence(res: dict, fig) -> None:
 
 
 PLOTS = {"attention": (plot_attention, (11, 8)), "training": (plot_training, (7, 4)),
-         "decoding": (plot_decoding, (6.4, 4)), "recurrence": (plot_recurrence, (6.4, 4))}
+         "decoding": (plot_decoding, (6.4, 4)), "recurrence": (plot_recurrence, (6.4, 4)),
+         "loop": (plot_loop, (7, 4))}
 RUNS = {"attention": bench_attention, "training": bench_training, "decoding": bench_decoding,
-        "recurrence": bench_recurrence}
+        "recurrence": bench_recurrence, "loop": bench_loop}
 
 
 def busy_processes(interval: float = 0.5, threshold: float = 0.2) -> list[dict]:

@@ -9,7 +9,11 @@
 (about four minutes). ``--plan seeds`` races three seeds of each family's choice at gpu-base
 (the Transformer, decoder-only and GRU + additive, nine runs at once for 180 s), scores every
 run with beam search and greedily, and runs sacreBLEU's paired bootstrap between the families,
-seed with seed (about six minutes).
+seed with seed (about six minutes). The plans that give each run the GPU to itself train their
+candidates one after another (``Plan.alone``): ``--plan select`` trains gpu-base against dropout
+0.3 for four minutes each; ``--plan families0`` (``families1``, ``families2``) trains the
+Transformer, GRU + additive, ConvS2S and decoder-only for 80 s each with one seed, scores every
+run both ways and bootstraps the families. The plans are in ``gpu_plans``.
 
 A lent GPU machine has no network, no package index and no copy of this repository's data, and
 it is lent for minutes; so the call is prepared here, tried here at tiny sizes (``--dry-run``),
@@ -29,16 +33,17 @@ deadline, ``Plan.minutes``, shortens the limits of the last parts when the first
   test_2016_flickr with beam 4 (alpha 0.6, as the CPU board) and greedily, scored by sacreBLEU;
   then the other candidates greedily while time is left. Equal wall time for both families is
   the paper's parallelism claim measured on the clock (all ran at once, so equally crowded);
-* ``bench-recurrence``, ``bench-training``, ``bench-attention``, ``bench-decoding``:
+* ``bench-recurrence``, ``bench-training``, ``bench-loop``, ``bench-attention``, ``bench-decoding``:
   ``python -m attnbook.benchmarks --short``, one section each, alone on the GPU: recurrence
   against self-attention as the sequence grows, the gpu-base training step (bf16 against fp32,
-  compiled against eager, the book's model against ``nn.Transformer``, MFU), the attention
+  compiled against eager, the book's model against ``nn.Transformer``, MFU), the real training
+  loop against its step alone on the loop's own batches (with a profile of the loop), the attention
   kernels (the book's, SDPA's backends) and the key/value cache;
 * ``summary``: ``gpu_run.json`` (each part's status, limit and time, the candidates and their
   curves, the scores, and one provenance record) and ``gpu_run.png`` (the curves).
 
 OUT receives at most 8 files (what a lent machine returns): gpu_run.json, gpu_run.png,
-gpu_run.log and <device>/{attention,decoding,recurrence,training}.json (``--plan seeds``:
+gpu_run.log and <device>/{attention,decoding,recurrence,training,loop}.json (``--plan seeds``:
 gpu_run_hypotheses.json too, every translation, which stays out of results/). ``--collect``
 copies them into results/gpu/ and results/bench/cuda/ and draws the benchmark figures.
 """
@@ -78,96 +83,10 @@ DATA_COPY = ROOT / ".gpu_data"            # what travels to the GPU machine (ign
 MIN_TORCH = (2, 4)                        # the oldest PyTorch the call's code paths are known for
 SCHEMA = 1
 
-# name -> (model, changes to the base preset). The base is gpu-base: the paper's base model
-# (d_model 512, 6 + 6 layers, 8 heads), 16,384-token batches, peak 9.9e-4 (the paper's formula
-# at 2,000 warm-up steps; the paper itself warms up for 4,000 steps to about 7.0e-4), dropout 0.1,
-# and the warm-up that this race chose (400 steps). Multi30k has about 30 such batches per epoch,
-# so a warm-up of thousands of steps would last longer than a few minutes of training: the
-# candidates try what a reader would try first ("paper" is the formula at 2,000 steps).
-CANDIDATES = {
-    "paper": ("transformer", {"warmup": 2000}),
-    "warmup-400": ("transformer", {"warmup": 400}),
-    "peak-2e-3": ("transformer", {"warmup": 400, "peak_lr": 2e-3}),
-    "pre-ln": ("transformer", {"warmup": 400, "peak_lr": 2e-3, "norm_first": True}),
-    "dropout-0.3": ("transformer", {"warmup": 400, "dropout": 0.3}),
-    "small": ("transformer", {"warmup": 400, "peak_lr": 2e-3, "d_model": 256, "h": 4,
-                              "d_ff": 1024, "n_layers": 3}),
-    "batch-32k": ("transformer", {"max_tokens": 32768, "warmup": 200, "peak_lr": 1.4e-3}),
-    "gru-additive-1e-3": ("gru-additive", {"warmup": 400, "peak_lr": 1e-3}),
-    "gru-additive-3e-3": ("gru-additive", {"warmup": 400, "peak_lr": 3e-3}),
-}
-# the dry run's candidates: one of each kind of run, on the smoke preset
-DRY_CANDIDATES = {
-    "paper": ("transformer", {}),
-    "pre-ln": ("transformer", {"norm_first": True}),
-    "gru-additive-3e-3": ("gru-additive", {"peak_lr": 3e-3}),
-}
-# The seeds race: each family's choice from the races above (the Transformer's and the GRU's;
-# decoder-only takes the Transformer's), three seeds each.
-SEED_FAMILIES = {"transformer": {"warmup": 400}, "decoder-only": {"warmup": 400},
-                 "gru-additive": {"warmup": 400, "peak_lr": 1e-3}}
-SEEDS_CANDIDATES = {f"{m}-seed{s}": (m, {**c, "seed": s})
-                    for m, c in SEED_FAMILIES.items() for s in range(3)}
-DRY_SEEDS_CANDIDATES = {f"{m}-seed{s}": (m, {"seed": s}) for m in SEED_FAMILIES for s in range(2)}
-# the must-show measurements first: the deadline shortens the last parts when earlier ones ran long
-BENCH_PARTS = ("bench-recurrence", "bench-training", "bench-attention", "bench-decoding")
-PARTS = ("check", "train", "score", *BENCH_PARTS)
+from .gpu_plans import (BENCH_PARTS, CANDIDATES, DRY, DRY_CANDIDATES, DRY_SEEDS,  # noqa: F401
+                        DRY_SEEDS_CANDIDATES, EAGER, FAMILIES, FULL, PARTS, PLANS, SEED_FAMILIES,
+                        SEEDS, SEEDS_CANDIDATES, SELECT, Plan)
 
-
-@dataclass(frozen=True)
-class Plan:
-    """What one call does and how long each part may take (seconds)."""
-    name: str                   # "full", "eager", "seeds" (a GPU); "dry", "dry-seeds" (the CPU, tiny)
-    device: str
-    preset: str                 # the candidates' base preset
-    candidates: dict
-    train_seconds: float        # training time of every candidate (compiling included)
-    eval_every: int             # steps between validation losses: the curves' points
-    threads: int                # PyTorch's CPU threads per process
-    test_sentences: int         # 0: all 1,000 of test_2016_flickr
-    beam: int
-    minutes: float              # the whole call's deadline
-    limits: dict = field(default_factory=dict)
-    compile: bool = True        # torch.compile the Transformers (on a GPU)
-    parts: tuple = PARTS        # the parts this plan runs
-    score_all: bool = False     # score every run with beam and greedy, bootstrap between models
-
-    @property
-    def dry(self) -> bool:
-        return self.name.startswith("dry")
-
-    def runs(self, model: str | None = None) -> list[str]:
-        return [n for n, (m, _) in self.candidates.items() if model in (None, m)]
-
-
-# The race trains eager: compiled, nine processes with one CPU thread each spent most of their
-# three minutes compiling (results/gpu/gpu_run.json); the benchmarks measure compiling alone.
-FULL = Plan("full", "cuda", "gpu-base", CANDIDATES, train_seconds=180, eval_every=50, threads=1,
-            test_sentences=0, beam=4, minutes=9,
-            limits={"check": 60, "train": 250, "score": 80, "bench-attention": 35,
-                    "bench-decoding": 25, "bench-recurrence": 80, "bench-training": 100},
-            compile=False)
-DRY = Plan("dry", "cpu", "smoke", DRY_CANDIDATES, train_seconds=3, eval_every=5, threads=1,
-           test_sentences=16, beam=4, minutes=5,
-           limits={"check": 60, "train": 90, "score": 60, "bench-attention": 60,
-                   "bench-decoding": 60, "bench-recurrence": 60, "bench-training": 60})
-# A shorter race (results/gpu/gpu_run_eager.json): five candidates, eager, 150 s each, no
-# benchmarks; about four minutes.
-EAGER = Plan("eager", "cuda", "gpu-base",
-             {n: CANDIDATES[n] for n in ("warmup-400", "peak-2e-3", "pre-ln", "small",
-                                         "gru-additive-1e-3")},
-             train_seconds=150, eval_every=50, threads=1, test_sentences=0, beam=4, minutes=4.6,
-             limits={"check": 20, "train": 185, "score": 55}, compile=False,
-             parts=("check", "train", "score"))
-# Three seeds of each family (results/gpu/gpu_run_seeds.json): nine runs at once for 180 s, as
-# crowded as the full call's race; every run scored; about six minutes.
-SEEDS = Plan("seeds", "cuda", "gpu-base", SEEDS_CANDIDATES, train_seconds=180, eval_every=50,
-             threads=1, test_sentences=0, beam=4, minutes=7.5,
-             limits={"check": 30, "train": 240, "score": 150}, compile=False,
-             parts=("check", "train", "score"), score_all=True)
-DRY_SEEDS = replace(DRY, name="dry-seeds", candidates=DRY_SEEDS_CANDIDATES,
-                    parts=("check", "train", "score"), score_all=True)
-PLANS = {"full": FULL, "eager": EAGER, "seeds": SEEDS, "dry": DRY, "dry-seeds": DRY_SEEDS}
 
 
 def candidate_config(plan: Plan, name: str):
@@ -365,6 +284,20 @@ def run_processes(commands: list[list[str]], limit: float, log: Path, env: dict 
             "seconds": round(time.perf_counter() - start, 1)}
 
 
+def run_one_at_a_time(commands: list[list[str]], limit: float, log: Path, env=None) -> dict:
+    """``run_processes`` for each command in turn, each with an equal share of what is left of
+    ``limit``; one record for all of them."""
+    start, records = time.perf_counter(), []
+    for i, c in enumerate(commands):
+        left = limit - (time.perf_counter() - start)
+        records.append(run_processes([c], max(0.0, left / (len(commands) - i)), log, env))
+    codes = [r["return_codes"][0] for r in records]
+    status = "timeout" if any(r["status"] == "timeout" for r in records) else \
+        "ok" if all(c == 0 for c in codes) else "failed"
+    return {"status": status, "return_codes": codes, "limit_s": round(limit, 1),
+            "seconds": round(time.perf_counter() - start, 1), "one_at_a_time": True}
+
+
 def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
     """The child processes of one part."""
     me = [sys.executable, "-m", "attnbook.experiments.gpu_run"]
@@ -388,7 +321,8 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     plan_name = plan.name.removeprefix("dry").removeprefix("-") or "full"
     own = ("python -m attnbook.experiments.gpu_run" + (" --dry-run" if plan.dry else "")
            + (f" --plan {plan_name}" if plan_name != "full" else "") + " --out OUT")
-    with store.record(own, threads=plan.threads, processes=len(plan.candidates)) as call:
+    at_once = 1 if plan.alone else len(plan.candidates)
+    with store.record(own, threads=plan.threads, processes=at_once) as call:
         parts = run_parts(plan, out, work, data_dir, only)
     call.git_commit = git_commit() or call.git_commit
     if recorded_commit():      # src/ is that commit's, byte for byte: what a stale .git calls
@@ -414,8 +348,11 @@ def run_parts(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=Non
         with open(log, "a") as f:
             f.write(f"\n=== {part} (limit {min(plan.limits[part], left):.0f} s) ===\n")
         cwd = out if part.startswith("bench-") else None
-        parts[part] = run_processes(part_commands(part, plan, work),
-                                    min(plan.limits[part], left), log, env, cwd)
+        commands, limit = part_commands(part, plan, work), min(plan.limits[part], left)
+        if part == "train" and plan.alone:         # one after another: the GPU to each alone
+            parts[part] = run_one_at_a_time(commands, limit, log, env)
+        else:
+            parts[part] = run_processes(commands, limit, log, env, cwd)
         print(f"{part}: {parts[part]['status']} in {parts[part]['seconds']} s", flush=True)
         if part == "train":
             _append_run_logs(plan, work, log)
@@ -465,7 +402,8 @@ def summarise(plan: Plan, out: Path, work: Path, parts: dict, call: store.Proven
     scores = json.loads((work / "score.json").read_text()) if (work / "score.json").is_file() \
         else {}
     call.extra.update(gpu=check.get("gpu"),
-                      processes_at_once={"train": len(plan.candidates), "other parts": 1})
+                      processes_at_once={"train": 1 if plan.alone else len(plan.candidates),
+                                         "other parts": 1})
     summary = store.result(result_stem(plan.name), {
         "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.dry,
         "plan": {k: v for k, v in asdict(plan).items() if k != "candidates"},
@@ -577,11 +515,15 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--collect", type=Path, metavar="OUT",
                       help="copy a call's files into results/ and draw the benchmark figures")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: seconds")
-    p.add_argument("--plan", choices=("full", "eager", "seeds"), default="full",
+    p.add_argument("--plan", choices=[n for n in PLANS if not n.startswith("dry")],
+                   default="full",
                    help="full (default): every part, nine minutes; eager: the training race "
                         "again without torch.compile, five candidates, about four minutes; "
                         "seeds: three seeds of each family, every run scored, the paired "
-                        "bootstrap, about six minutes (with --dry-run: its tiny version)")
+                        "bootstrap, about six minutes; select: gpu-base against dropout 0.3, "
+                        "each alone for four minutes; families0, families1, families2: the four "
+                        "families alone for 80 s each, one seed a call, scored both ways with the "
+                        "bootstrap (with --dry-run: each one's tiny version)")
     p.add_argument("--only", action="append", choices=PARTS, help="run only this part "
                    "(repeatable; the parts after check read what earlier calls left in --work)")
     p.add_argument("--work", type=Path, help="folder for runs and caches (default: a new "
@@ -607,8 +549,8 @@ def _main(args) -> int:
         for f in collect(args.collect, args.results, allow_dry=args.results != ROOT / "results"):
             print(f"wrote {f}")
         return 0
-    plan = PLANS[{"full": "dry", "seeds": "dry-seeds"}.get(args.plan, "dry")] if args.dry_run \
-        else PLANS[args.plan]
+    plan = PLANS["dry" if args.plan in ("full", "eager") else f"dry-{args.plan}"] \
+        if args.dry_run else PLANS[args.plan]
     data_dir = args.data_dir or (DATA_COPY / "multi30k" if (DATA_COPY / "multi30k").is_dir()
                                  else None)
     work = args.work or Path(tempfile.mkdtemp(prefix="attnbook-gpu-run-"))

@@ -175,7 +175,7 @@ EXPERIMENTS = {e.name: e for e in [
          needs="the run folder runs/cpu-base/medium (experiment base; tiny: as head_ablation)"),
     _exp("bench", "benchmarks",
          tuple(f"bench/{kind}/{s}.json" for kind in ("cpu", "cuda")
-               for s in ("attention", "decoding", "recurrence", "training")),
+               for s in ("attention", "decoding", "recurrence", "training", "loop")),
          "the performance appendix, chapters 11 and 13 (cuda: run by the GPU call)",
          ("--threads", "1", "--out", "results/bench"),
          seeds_flag="", tiny=("--quick", "--device", "cpu", "--threads", "1", "--only",

@@ -154,7 +154,8 @@ PEAK_LR = {
     "smoke": {m: 3e-3 for m in ALL_MODELS},
     "gpu-base": {"transformer": 512 ** -0.5 * 2000 ** -0.5,
                  "decoder-only": 512 ** -0.5 * 2000 ** -0.5,
-                 "gru": 1e-3, "gru-additive": 1e-3, "gru-dot": 1e-3},
+                 "gru": 1e-3, "gru-additive": 1e-3, "gru-dot": 1e-3,
+                 "conv": 1e-3},                  # unswept: the GRU's (the GPU families' race)
 }
 
 

@@ -1,7 +1,10 @@
 """The training loop against its own step (the suite's ``loop`` benchmark): how much of the
 machine the real loop (``attnbook.training.loop.train_step``) gives the model.
 
-Both time the same optimiser steps of the same run on the same batches, in this order:
+Both time optimiser steps of the same run on the same batches, in alternating blocks of a few
+steps: a block of the loop and the same batches through the step alone, which goes first in
+every other block), so that whatever changes during the run (caches, the allocator, the
+machine's load) affects both alike:
 
 * **the loop**: ``train_step`` as ``train`` calls it, which takes the next batches of the
   length-bucketed stream, builds them on the CPU, counts their tokens, copies them to the device
@@ -64,7 +67,8 @@ def bench_loop(device: torch.device, quick: bool = False) -> dict:
     The preset is the device's own (``gpu-base`` on a GPU, ``cpu-tiny`` on a CPU; ``smoke``
     with ``quick``); it needs the Multi30k files."""
     name = "smoke" if quick else "gpu-base" if device.type == "cuda" else "cpu-tiny"
-    warm, steps, profiled = (2, 4, 2) if quick else (10, 40, 5) if device.type == "cuda" else (3, 12, 3)
+    warm, steps, block, profiled = (2, 4, 2, 2) if quick else (10, 40, 5, 5) \
+        if device.type == "cuda" else (3, 24, 3, 3)
     cfg = replace(preset(name), max_steps=10 ** 6, eval_every=10 ** 6, snapshot_steps=())
     assert cfg.accum_steps == 1, "the step alone is timed on one batch a step"
     with tempfile.TemporaryDirectory(prefix="attnbook-loop-") as folder:
@@ -72,25 +76,30 @@ def bench_loop(device: torch.device, quick: bool = False) -> dict:
         run.model.train()
         for _ in range(warm):
             train_step(run)
-        _sync(device)
-        first, start, tokens = (run.epoch, run.next_batch), time.perf_counter(), run.tokens_seen
-        for _ in range(steps):
-            train_step(run)
-        _sync(device)
-        loop_s, loop_tokens = time.perf_counter() - start, run.tokens_seen - tokens
-        # the same batches again (across an epoch's end as the loop went), built and copied
-        # before the clock starts
-        run.epoch, run.next_batch = first
-        batches = [run.data.train.batch(next_groups(run, 1)[0]) for _ in range(steps)]
-        counts = [b.n_tgt_tokens for b in batches]
-        on_device = [b.to(device) for b in batches]
-        _sync(device)
-        start = time.perf_counter()
-        for b, n in zip(on_device, counts):
-            step_on(run, [b], n)
-        _sync(device)
-        step_s = time.perf_counter() - start
-        assert sum(counts) == loop_tokens, "the step alone trained other batches than the loop"
+        seconds, loop_tokens, batches = {"loop": 0.0, "alone": 0.0}, 0, []
+        for r in range(steps // block):
+            where = (run.epoch, run.next_batch)          # the block's batches, built and copied
+            mine = [run.data.train.batch(next_groups(run, 1)[0]) for _ in range(block)]
+            run.epoch, run.next_batch = where            # before any clock starts; the loop
+            counts = [b.n_tgt_tokens for b in mine]      # takes them again itself
+            on_device = [b.to(device) for b in mine]
+            for what in ("loop", "alone") if r % 2 == 0 else ("alone", "loop"):
+                tokens = run.tokens_seen
+                _sync(device)
+                start = time.perf_counter()
+                if what == "loop":                       # as train() runs it
+                    for _ in range(block):
+                        train_step(run)
+                else:                                    # the step alone
+                    for b, n in zip(on_device, counts):
+                        step_on(run, [b], n)
+                _sync(device)
+                seconds[what] += time.perf_counter() - start
+                if what == "loop":
+                    loop_tokens += run.tokens_seen - tokens
+            batches += mine
+        loop_s, step_s = seconds["loop"], seconds["alone"]
+        assert sum(b.n_tgt_tokens for b in batches) == loop_tokens, "other batches than the loop's"
         flops = _flops_per_token(run, batches)
         top = profile_top(run, profiled)
         precision = run.precision.name
@@ -106,6 +115,8 @@ def bench_loop(device: torch.device, quick: bool = False) -> dict:
                      "of_matmul_ceiling": tokens_per_s * flops / ceiling["flops_per_s"]})
     return {"settings": {"preset": name, "precision": precision, "compiled": run.compiled,
                          "max_tokens": cfg.max_tokens, "warm_up_steps": warm, "timed_steps": steps,
+                         "block": f"{block} steps of the loop and the same batches through the "
+                                  "step alone, in turn, the first of the two alternating",
                          "profiled_steps": profiled, "batches": "the loop's own: the length-bucketed "
                          "stream of Multi30k's training set, after the warm-up steps",
                          "flops": "transformer_flops of each batch's shape (matmuls only, training = "

@@ -52,3 +52,27 @@ def _compare_within_tolerance(self, test, ref, skip_compare=None):
 
 nbval.plugin.IPyNbFile.__init__ = _init_skipping_stderr
 nbval.plugin.IPyNbCell.compare_outputs = _compare_within_tolerance
+
+
+# The longest scopes first. make test runs two workers with --dist loadscope: a notebook or a
+# test module goes to one worker whole, in the order collected, so a long one collected last
+# (the notebooks come after tests/) can leave the other worker idle at the end. These took
+# longest in a run of make test (November 2026); every other item keeps its place.
+LONGEST_FIRST = ("notebooks/09_training.ipynb", "tests/test_registry.py", "tests/test_browser.py",
+                 "notebooks/03_dot_product_attention.ipynb", "tests/test_gpu_run.py",
+                 "notebooks/02_additive_attention.ipynb", "tests/test_experiments.py",
+                 "tests/test_train.py", "notebooks/12_decoder_only.ipynb",
+                 "notebooks/08_transformer.ipynb", "tests/test_live.py", "tests/test_speedrun.py",
+                 "notebooks/11_full_size.ipynb", "tests/test_stored.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    root = config.rootpath
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def place(item):
+        try:
+            return rank.get(item.path.resolve().relative_to(root).as_posix(), len(rank))
+        except ValueError:                 # outside the repository (a test's own planted files)
+            return len(rank)
+    items.sort(key=place)                  # stable: cells and tests keep their order

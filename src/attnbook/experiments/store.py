@@ -296,4 +296,22 @@ def load(relative: str) -> Result:
     return Result(read(path), path)
 
 
+def how_made(*relatives: str) -> None:
+    """Print how the committed results ``results/<relative>`` were made, call by call: the
+    command, commit, machine, threads and processes, torch, date, wall time and notes (the
+    chapters' folded "How these numbers were made" boxes)."""
+    for relative in relatives:
+        for i, call in enumerate(load(relative).calls):
+            hw = call.hardware
+            where = hw.get("gpu") or f"{hw['cpu']} ({hw['cpu_count']} cores)"
+            print(f"results/{relative}, call {i}: {call.command}\n  commit {call.git_commit[:8]}, "
+                  f"{where}, {call.threads} thread(s) x {call.processes} process(es), torch "
+                  f"{hw['torch']}, {call.date}" + (f", {call.wall_s / 60:.0f} min" if call.wall_s else "")
+                  + (" (its working tree had uncommitted changes)"
+                     if call.extra.get("uncommitted_changes") else ""))
+            for note in (call.note, call.recovered):
+                if note:
+                    print("  note:", note)
+
+
 HEX40 = re.compile(r"[0-9a-f]{40}")

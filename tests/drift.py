@@ -28,7 +28,7 @@ prose shows, is the prose number (0.55 matches 0.5512; 40.07 matches 40.07; 25 m
 or is 100 times it (91.7 % matches 0.917; in "97–99 %" both ends are percentages). Signs are
 ignored. What is not a quoted measurement is not checked: code, math, links, HTML, directive
 options, labels ("chapter 9", "layer 2", "sentences 0, 50, ..., 950", "section 3.2.1"), years,
-and integers below 13 (counts such as "3 seeds" or "4 heads", and the numbers of chapters). ALLOWED lists the few definitional numbers
+and integers below 14 (counts such as "3 seeds" or "4 heads", and the numbers of chapters, 0 to 13). ALLOWED lists the few definitional numbers
 that need no source, each with its reason.
 """
 from __future__ import annotations
@@ -150,7 +150,7 @@ def numbers(text: str) -> list[Number]:
                 pct = "%"                                 # "97–99 %": a range of percentages
             scale = 1e6 if m.group(4) else 1.0
             value = float(whole.replace(",", "") + frac)
-            if not frac and not pct and scale == 1 and (value < 13 or ("," not in whole and 1950 <= value <= 2030)):
+            if not frac and not pct and scale == 1 and (value < 14 or ("," not in whole and 1950 <= value <= 2030)):
                 continue                                  # counts, chapter numbers, years
             found.append(Number(i, m.group(0).strip(), value, len(frac) - 1 if frac else 0,
                                 bool(pct), scale))

@@ -83,7 +83,7 @@ def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
     assert set(results) == {"cpu"} and set(results["cpu"]) == set(bench_suite.SECTIONS)
     for section, res in results["cpu"].items():
         assert (tmp_path / "cpu" / f"{section}.png").stat().st_size > 10_000
-        (call,) = res.calls                       # the one provenance record (attnbook.experiments.store)
+        (call,) = res.calls                       # the one provenance record (attnbook.store)
         assert res["benchmark"] == section and res["quick"] is True and call.note == "test"
         assert res["device"] == {"kind": "cpu", "name": call.hardware["cpu"], "threads": 1}
         for key in ("python", "torch", "cpu", "cpu_count", "gpu"):

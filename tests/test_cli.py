@@ -13,7 +13,8 @@ import pytest
 from attnbook.commands import evaluate
 from attnbook.commands import train
 from attnbook.commands import translate
-from attnbook.cli import UsageError, parse_set
+from attnbook.cli import UsageError
+from attnbook.training.options import parse_set
 from attnbook.training.runs import RunError, load_checkpoint, load_run
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
@@ -275,24 +276,28 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 
 # ---- every command: a bad option is one line and exit status 2 ---------------------------------
 
-# Every module run as `python -m attnbook.X` (dotted under attnbook): the name the dispatcher
-# knows it by (`python -m attnbook NAME`) is its last part.
-COMMANDS = ["__main__", "benchmarks", "book.course", "book.diagrams", "book.explorer", "book.homework",
-            "book.live",
-            "commands.evaluate", "commands.train", "commands.translate", "data",
-            "experiments.ablations", "experiments.arithmetics", "experiments.beyond_runs",
-            "experiments.evening",
-            "experiments.exercise_runs", "experiments.gpu_run", "experiments.head_ablation",
-            "experiments.score_scales", "experiments.speedrun",
-            "experiments.toy_seeds", "experiments.translators"]
+# Every module run as `python -m attnbook.X` (dotted under attnbook), from the package's table of
+# commands (attnbook.commands.COMMANDS), and the dispatcher itself.
+from attnbook.commands import COMMANDS as TABLE  # noqa: E402
+
+COMMANDS = ["__main__", *(module.removeprefix("attnbook.") for module, _ in TABLE.values())]
 
 
-def test_the_list_of_commands_is_every_module_run_as_a_command():
+def test_the_table_of_commands_is_every_module_run_as_a_command():
+    """A module with a __main__ guard (or a package's __main__.py) is in the table, and the
+    table names nothing else: `python -m attnbook --help` lists every command."""
     src = Path(__file__).resolve().parents[1] / "src" / "attnbook"
     found = {".".join(p.relative_to(src).with_suffix("").parts) for p in src.rglob("*.py")
              if p.name != "__main__.py" and '__name__ == "__main__"' in p.read_text()}
     found |= {".".join(p.parent.relative_to(src).parts) for p in src.rglob("*/__main__.py")}
-    assert found | {"__main__"} == set(COMMANDS)
+    assert found | {"__main__"} == set(COMMANDS) and len(COMMANDS) == len(set(COMMANDS))
+
+
+def test_help_prints_the_table(capsys):
+    from attnbook.__main__ import main
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {name:<14} {help}" in out for name, (_, help) in TABLE.items())
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -314,8 +319,7 @@ def test_every_command_rejects_a_bad_option_in_one_line_with_status_2(name, caps
 
 
 def test_the_dispatcher_runs_every_command_by_name(capsys):
-    from attnbook.__main__ import commands, main
-    assert commands() == {c.split(".")[-1]: c for c in COMMANDS if c != "__main__"}
+    from attnbook.__main__ import main
     with pytest.raises(SystemExit) as e:
         main(["toy_seeds", "--no-such-option"])         # = python -m attnbook.experiments.toy_seeds ...
     assert e.value.code == 2 and "see `python -m attnbook.experiments.toy_seeds" in capsys.readouterr().err

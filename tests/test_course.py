@@ -49,7 +49,7 @@ def test_the_committed_times_back_the_teachers_page():
     a minute and a quarter; every other page in under a minute; every notebook of the book is
     measured, with its exercises."""
     from attnbook.book.exercises import exercise_labels
-    from attnbook.experiments.store import ROOT, load
+    from attnbook.store import ROOT, load
     res = load("cpu/course.json")
     rows = {r["notebook"]: r for r in res["notebooks"]}
     assert set(rows) == {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}

@@ -33,7 +33,7 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
     data = json.loads((written / "exercises.json").read_text())
     names = list(exercise_runs.EXPERIMENTS) if os.environ.get("MULTI30K_DIR") else NO_DATA
     assert list(data["exercises"]) == names
-    (call,) = data["calls"]                        # its provenance record (attnbook.experiments.store)
+    (call,) = data["calls"]                        # its provenance record (attnbook.store)
     assert call["threads"] == 1 and call["rows"] == names and call["date"][:2] == "20"
     assert call["command"].startswith("python -m attnbook.experiments.exercise_runs --results ")
     assert {"torch", "python", "cpu"} <= set(call["hardware"]) and len(call["git_commit"]) == 40

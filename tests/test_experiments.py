@@ -89,7 +89,7 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
     assert r["val_bleu"] >= 0 and 0 <= r["too_long_frac"] <= 1
     assert r["val_loss_shuffled_sources"] > 0 and r["log"][-1]["step"] == 10
     assert set(r["log"][-1]["attention_entropy"]) >= {"encoder.0.self_attn", "decoder.0.cross_attn"}
-    call = sweep["calls"][0]                       # its provenance record (attnbook.experiments.store)
+    call = sweep["calls"][0]                       # its provenance record (attnbook.store)
     assert call["hardware"]["cpu_threads"] == 1 and call["threads"] == 1 and call["processes"] == 1
     assert str(tmp_path) not in json.dumps(sweep)          # no absolute paths in the results
     assert sweep["train_time_s_sum"] == pytest.approx(sum(r["train_time_s"] for r in sweep["runs"]))
@@ -289,12 +289,13 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
 
 
 def test_ablations_merge_replaces_by_variant_and_refuses_another_setting():
-    from attnbook.experiments import store
+    from attnbook import store
+    from attnbook.record import Provenance
     from attnbook.experiments.ablations import merge
     run = {"seed": 0, "test_bleu": 30.0, "train_time_s": 10.0}
 
     def result(command, variants, **kw):
-        call = store.Provenance(command=command, git_commit="0" * 40, date="d", hardware={})
+        call = Provenance(command=command, git_commit="0" * 40, date="d", hardware={})
         return store.result("ablations", {"preset": "cpu-tiny", "test_set": "t (4 sentences)",
                                           **kw, "variants": variants}, call)
 

@@ -13,7 +13,8 @@ import torch
 
 from attnbook.experiments import gpu_run
 from attnbook.benchmarks.suite import SECTIONS
-from attnbook.experiments.store import figure_provenance, load
+from attnbook.store import figure_provenance, load
+from attnbook import record
 from attnbook.benchmarks.attention import bench_attention
 from attnbook.training.recipe import preset
 
@@ -39,9 +40,9 @@ def dry_run(tmp_path_factory):
 def test_dry_run_runs_every_part_within_its_limit(dry_run):
     _, summary = dry_run
     assert summary["dry_run"] is True and list(summary["parts"]) == list(gpu_run.PARTS)
-    for part, record in summary["parts"].items():
-        assert record["status"] == "ok", (part, record)
-        assert 0 < record["seconds"] <= record["limit_s"] == gpu_run.DRY.limits[part]
+    for part, rec in summary["parts"].items():
+        assert rec["status"] == "ok", (part, rec)
+        assert 0 < rec["seconds"] <= rec["limit_s"] == gpu_run.DRY.limits[part]
     assert summary["parts"]["train"]["return_codes"] == [0] * len(gpu_run.DRY_CANDIDATES)
     assert summary["check"]["data"] == {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
     assert summary["check"]["problems"] == []
@@ -87,7 +88,7 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     assert files == ["cpu/attention.json", "cpu/decoding.json", "cpu/loop.json", "cpu/recurrence.json",
                      "cpu/training.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
     assert len(files) <= 8                        # what a lent machine gives back
-    (prov,) = summary["calls"]                     # the one provenance record (attnbook.experiments.store)
+    (prov,) = summary["calls"]                     # the one provenance record (attnbook.store)
     assert prov["command"] == "python -m attnbook.experiments.gpu_run --dry-run --out OUT"
     assert prov["hardware"]["torch"] == torch.__version__
     assert prov["wall_s"] > 0 and prov["cpu_s"] > 0 and len(prov["git_commit"]) == 40
@@ -196,41 +197,27 @@ def test_command_line_errors_are_one_line(tmp_path):
 
 
 def test_prepare_data_copies_the_checked_files_and_the_commit(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where: ("a" * 40, False))
+    monkeypatch.setattr(gpu_run, "git_commit", lambda: ("a" * 40, False))
     files = gpu_run.prepare_data(tmp_path)
     assert sorted(f.name for f in files) == sorted(
         f"{s}.{lang}.gz" for s in ("train", "val", "test_2016_flickr") for lang in ("de", "en", "fr"))
     assert all(f.parent == tmp_path / "multi30k" and f.stat().st_size > 1000 for f in files)
-    assert (tmp_path / "COMMIT").read_text().split() == ["a" * 40, gpu_run.src_digest()]
-    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where: ("a" * 40, True))
+    assert (tmp_path / "COMMIT").read_text().split() == ["a" * 40, record.src_digest()]
+    monkeypatch.setattr(gpu_run, "git_commit", lambda: ("a" * 40, True))
     with pytest.raises(ValueError, match="uncommitted changes"):
         gpu_run.prepare_data(tmp_path / "dirty")
-
-
-def test_the_call_names_the_recorded_commit_while_src_holds_its_code(tmp_path, monkeypatch):
-    """On a lent machine the copy's .git may be stale: .gpu_data/COMMIT wins while src/ is the
-    code it recorded; a record of other code is ignored (git's answer then)."""
-    real = gpu_run.store.git_commit
-    monkeypatch.setenv("ATTNBOOK_GIT_COMMIT", "d" * 40)        # what the parts are told
-    assert real(ROOT) == ("d" * 40, False)
-    monkeypatch.setattr(gpu_run, "DATA_COPY", tmp_path)
-    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where: ("b" * 40, False))
-    (tmp_path / "COMMIT").write_text(f"{'c' * 40} {gpu_run.src_digest()}\n")
-    assert gpu_run.git_commit() == "c" * 40
-    (tmp_path / "COMMIT").write_text(f"{'c' * 40} {'0' * 64}\n")
-    assert gpu_run.git_commit() == "b" * 40 and gpu_run.recorded_commit() is None
 
 
 def test_a_recorded_commit_clears_a_stale_gits_uncommitted_changes(tmp_path, monkeypatch):
     """A lent machine's stale .git sees src/ as changed; with src/ the recorded commit's code
     the call's record names that commit and no changes. Without the record the flag stays."""
-    monkeypatch.setattr(gpu_run, "DATA_COPY", tmp_path / "copy")
-    monkeypatch.setattr(gpu_run.store, "git_commit", lambda where=None: ("b" * 40, True))
+    monkeypatch.setattr(record, "COMMIT_FILE", tmp_path / "copy" / "COMMIT")
+    monkeypatch.setattr(record, "_git", lambda root: ("b" * 40, True))
+    monkeypatch.delenv("ATTNBOOK_GIT_COMMIT", raising=False)
     plan = replace(gpu_run.DRY, minutes=0.2)                 # every part skipped: seconds
     call = gpu_run.run_call(plan, tmp_path / "out1", tmp_path / "work1", None)["calls"][0]
     assert call["git_commit"] == "b" * 40 and call["extra"]["uncommitted_changes"] is True
-    (tmp_path / "copy").mkdir()
-    (tmp_path / "copy" / "COMMIT").write_text(f"{'c' * 40} {gpu_run.src_digest()}\n")
+    record.write_commit("c" * 40)
     call = gpu_run.run_call(plan, tmp_path / "out2", tmp_path / "work2", None)["calls"][0]
     assert call["git_commit"] == "c" * 40 and "uncommitted_changes" not in call["extra"]
 

@@ -163,7 +163,7 @@ def test_command_on_a_hand_made_run(tmp_path, monkeypatch, capsys):
     assert ha.main(["--run", "runs/toy", "--out", "out/h.json", "--every", "2",
                     "--figure", "out/h.svg"]) == 0
     data = json.loads(Path("out/h.json").read_text(encoding="utf-8"))
-    (call,) = data["calls"]                        # its provenance record (attnbook.experiments.store)
+    (call,) = data["calls"]                        # its provenance record (attnbook.store)
     assert data["run"] == "runs/toy" and call["command"].endswith("--figure out/h.svg")
     assert len(data["per_head"]) == 3 * data["layers"] * data["heads_per_layer"]
     assert [r["kind"] for r in data["per_kind"]] == ["enc", "dec", "cross"]

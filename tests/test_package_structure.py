@@ -127,3 +127,47 @@ def test_notebooks_import_no_new_command_module():
         if names & COMMANDS:
             found[path.name] = names & COMMANDS
     assert found == STILL_IMPORTING_COMMANDS
+
+
+# The floors of the package, bottom first (README, "How the package is built"). A module imports
+# only from its own floor or the floors below; so no folder imports a folder that imports it back.
+# A unit is a top-level module (attnbook/x.py) or a sub-package (attnbook/x/).
+FLOORS = [
+    ("foundation", {"attnbook", "utils", "cli", "record", "store", "plotting", "bench"}),
+    ("library", {"data", "tokenizer", "batching", "loop", "schedules", "attention", "rnn",
+                 "reproduce", "toy", "tasks", "mha", "positional", "transformer", "conv", "lm",
+                 "beyond", "decoding", "bleu", "torch_twins"}),
+    ("training", {"training"}),
+    ("benchmarks", {"benchmarks"}),
+    ("experiments", {"experiments"}),
+    ("book tooling", {"graders", "book"}),
+    ("commands", {"commands", "__main__"}),
+]
+
+
+def unit(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "attnbook"
+
+
+def floor(name: str) -> int:
+    found = [i for i, (_, units) in enumerate(FLOORS) if unit(name) in units]
+    assert found, (f"{name} is on no floor: add attnbook.{unit(name)} to FLOORS in "
+                   "tests/test_package_structure.py and to the README's drawing")
+    return found[0]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_a_module_imports_only_from_its_floor_and_below(name):
+    up = sorted(dep for dep in imported(name, ast.walk(TREES[name])) if floor(dep) > floor(name))
+    assert not up, (f"{name} (floor {FLOORS[floor(name)][0]}) imports {up} from a higher floor; "
+                    "move what it needs down, or the module up")
+
+
+def test_the_foundation_imports_nothing_of_the_book_but_itself():
+    for name in MODULES:
+        if floor(name) == 0:
+            deps = imported(name, ast.walk(TREES[name]))
+            assert all(floor(d) == 0 for d in deps), (name, deps)
+    assert imported("attnbook.cli", ast.walk(TREES["attnbook.cli"])) == set()
+    assert imported("attnbook.record", ast.walk(TREES["attnbook.record"])) == {"attnbook.utils"}

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from attnbook.__main__ import main
-from attnbook.experiments import store
+from attnbook import store
+from attnbook.record import Provenance
 from attnbook.experiments.scoring import AVERAGE_LAST, AVERAGE_SPAN
 from attnbook.experiments.speedrun import (LADDER, LONGER, PRESET_ROW, REJECTED, against_evening,
                                            config, snapshots, verdicts)
@@ -77,7 +78,7 @@ def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
     assert main(["run", "speedrun", "--tiny", "--out", "tiny"]) == 0
     made = store.read(Path("tiny/speedrun.json"))
     assert made["experiment"] == "speedrun"
-    assert store.Provenance.from_dict(made["calls"][0]).extra["ran"].startswith(
+    assert Provenance.from_dict(made["calls"][0]).extra["ran"].startswith(
         "python -m attnbook.experiments.speedrun")
     assert [(r["row"], r["seed"]) for r in made["runs"]] == [("vocab4000", 0), ("steps1600", 0)]
     assert set(made["bench"]) == {"vocab4000"}            # a longer row's steps are the preset's

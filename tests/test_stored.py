@@ -7,7 +7,7 @@ import pytest
 from attnbook.bleu import bleu
 from attnbook.data import load_multi30k
 from attnbook.decoding import translate
-from attnbook.experiments.store import load
+from attnbook.store import load
 from attnbook.training.runs import (STORED, STORED_MODELS, MissingRunFile, RunError,
                                     load_stored)
 

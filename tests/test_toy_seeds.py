@@ -13,9 +13,10 @@ import torch
 
 matplotlib.use("Agg")
 
-from attnbook.experiments import store
+from attnbook import store
 from attnbook.experiments import toy_seeds
-from attnbook.experiments.store import Provenance, Result
+from attnbook.store import Result
+from attnbook.record import Provenance
 from attnbook.reproduce import NotReproduced
 from attnbook.plotting import plot_accuracy_spread
 from attnbook.rnn import Seq2Seq
@@ -40,7 +41,7 @@ def tiny(tmp_path_factory):
 
 
 def test_the_json_has_every_run_and_names_its_making(tiny):
-    (call,) = tiny["calls"]                        # its provenance record (attnbook.experiments.store)
+    (call,) = tiny["calls"]                        # its provenance record (attnbook.store)
     assert tiny["scale"] == "tiny" and tiny["seeds"] == [0] and call["threads"] == 1
     assert call["command"] == "python -m attnbook.experiments.toy_seeds --results out --tiny --seeds 0"
     assert call["date"] and call["wall_s"] > 0 and call["cpu_s"] > 0 and call["load_before"]
@@ -200,7 +201,7 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
     text = path.read_text()
     result = json.loads(text)
     assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text
-    first = result["calls"][0]                     # its provenance record (attnbook.experiments.store)
+    first = result["calls"][0]                     # its provenance record (attnbook.store)
     assert first["command"].startswith("python -m attnbook.toy_seeds --results results/cpu")   # as made
     assert result["scale"] == "full" and result["seeds"] == [0, 1, 2] and first["threads"] == 1
     assert first["wall_s"] > 0 and first["hardware"]["cpu_threads"] == 1

@@ -6,11 +6,10 @@
     python -m attnbook run NAME --only KEY         # one part (a run, a variant, an exercise)
     python -m attnbook run NAME --tiny --out DIR   # a tiny run into DIR (relative; default
                                                    # runs/tiny/NAME): seconds (the tests)
-    python -m attnbook run --convert               # re-express old result files in the format
     python -m attnbook train ...                   # = python -m attnbook.commands.train ... (any command)
 
 ``run`` looks NAME up in :mod:`attnbook.experiments.registry` and calls its command's ``main`` (found by name,
-as ``python -m`` finds it); the command writes its result through :mod:`attnbook.experiments.store`.
+as ``python -m`` finds it); the command writes its result through :mod:`attnbook.store`.
 Mistakes are one line ``error: ...`` and exit status 2.
 """
 from __future__ import annotations
@@ -18,28 +17,12 @@ from __future__ import annotations
 import importlib
 import shlex
 import sys
-from pathlib import Path
 
 from .cli import Parser, fail
-from .experiments.convert import EXPERIMENT_OF, convert_file
+from .commands import COMMANDS, table
 from .experiments.registry import EXPERIMENTS, run
-from .experiments import store
-from .experiments.store import ResultError, find
-
-def commands() -> dict[str, str]:
-    """The package's commands, by name: its modules run as ``python -m attnbook.X.Y`` (a module
-    with a ``__main__`` guard; a package with a ``__main__.py``, such as attnbook.benchmarks)
-    -> their dotted path under attnbook. ``python -m attnbook NAME`` runs the one called NAME."""
-    src = Path(__file__).resolve().parent
-    found = {}
-    for p in sorted(src.rglob("*.py")):
-        parts = p.relative_to(src).with_suffix("").parts
-        if p.name == "__main__.py" and len(parts) > 1:
-            found[parts[-2]] = ".".join(parts[:-1])
-        elif p.name not in ("__main__.py", "__init__.py") and \
-                '__name__ == "__main__"' in p.read_text():
-            found[parts[-1]] = ".".join(parts)
-    return found
+from . import record
+from .store import ResultError, find
 
 
 def listing() -> str:
@@ -49,16 +32,6 @@ def listing() -> str:
         lines.append(f"{e.name:<23} {files}\n{'':<23} shown in {e.shown_in}; cost {e.cost()}"
                      + (f"; needs {e.needs}" if e.needs else ""))
     return "\n".join(lines)
-
-
-def convert_all() -> int:
-    """``run --convert``: every result file of an older writer into the one format."""
-    for relative in EXPERIMENT_OF:
-        path = find(relative)
-        if path is not None:
-            changed = convert_file(Path(path), relative)
-            print(f"results/{relative}: {'converted' if changed else 'already in the format'}")
-    return 0
 
 
 def run_command(argv: list[str]) -> int:
@@ -74,14 +47,10 @@ def run_command(argv: list[str]) -> int:
     p.add_argument("--tiny", action="store_true", help="a tiny run (seconds; the tests)")
     p.add_argument("--out", help="with --tiny: the folder to write into, relative to the "
                                  "repository (default runs/tiny/NAME)")
-    p.add_argument("--convert", action="store_true",
-                   help="rewrite the old result files in the one format (no retraining)")
     args = p.parse_args(argv)
     if args.list:
         print(listing())
         return 0
-    if args.convert:
-        return convert_all()
     if args.name is None:
         p.error("give an experiment's NAME, or --list")
     e = EXPERIMENTS[args.name]
@@ -102,8 +71,8 @@ def run_command(argv: list[str]) -> int:
         runs = [[a.replace("{seed}", str(s)) for a in cmd] for s in seeds]
     else:
         runs = [cmd]
-    # the records name the command as typed (store.record), the module's in their extra
-    store.AS_TYPED = shlex.join(["python", "-m", "attnbook", "run", *argv])
+    # the records name the command as typed (record), the module's in their extra
+    record.AS_TYPED = shlex.join(["python", "-m", "attnbook", "run", *argv])
     try:
         for one in runs:
             print(f"python -m attnbook.{e.module} {' '.join(one)}", flush=True)
@@ -111,7 +80,7 @@ def run_command(argv: list[str]) -> int:
             if status:
                 return status
     finally:
-        store.AS_TYPED = ""
+        record.AS_TYPED = ""
     if out:
         print(f"tiny run written under {out}")
     return 0
@@ -120,18 +89,17 @@ def run_command(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(__doc__.split("``run`` looks NAME")[0].rstrip() + "\n\ncommands:\n" + table())
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "run":
         return run_command(rest)
-    known = commands()
-    if command not in known:
-        return fail(f"unknown command {command!r}; give run or one of {', '.join(known)}; "
+    if command not in COMMANDS:
+        return fail(f"unknown command {command!r}; give run or one of {', '.join(COMMANDS)}; "
                     "see `python -m attnbook --help`")
-    module = importlib.import_module(f"attnbook.{known[command]}")
+    module = importlib.import_module(COMMANDS[command][0])
     if not hasattr(module, "main"):                            # a package: attnbook.data
-        module = importlib.import_module(f"attnbook.{known[command]}.__main__")
+        module = importlib.import_module(COMMANDS[command][0] + ".__main__")
     return module.main(rest)
 
 

@@ -160,7 +160,7 @@ def check_result(result, what: str, fresh: Mapping[str, float], committed: Mappi
                  tolerance: Tolerance | Mapping[str, Tolerance], source: str,
                  row: str | None = None, remake: str = "") -> Agreement:
     """:func:`compare` against a committed result file (a
-    :class:`~attnbook.experiments.store.Result`): exact where the call that made ``row`` (its
+    :class:`~attnbook.store.Result`): exact where the call that made ``row`` (its
     last call, without ``row``) ran with this machine's arithmetic, within ``tolerance``
     elsewhere; a failure names ``remake``, or else the command of that call."""
     call = result.call_of(row) if row is not None else result.calls[-1]

@@ -282,7 +282,7 @@ def choose_precision(device: torch.device | str, mode: str = "auto") -> Precisio
 
 def recorded_arithmetic(result) -> dict:
     """The :func:`arithmetic` a committed result was made with: the hardware its last call
-    recorded (a :class:`~attnbook.experiments.store.Result`, a call, a dict with "calls" or
+    recorded (a :class:`~attnbook.store.Result`, a call, a dict with "calls" or
     an old-style one with an "environment")."""
     calls = getattr(result, "calls", None)
     if calls is None and isinstance(result, dict) and result.get("calls"):

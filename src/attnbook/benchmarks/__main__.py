@@ -18,7 +18,7 @@ import torch
 
 from .suite import DEFAULT_OUT, SECTIONS, run_section, save_plot
 from ..cli import Parser
-from ..experiments.store import command_line
+from ..record import command_line
 
 
 def main(argv: list[str] | None = None) -> int:

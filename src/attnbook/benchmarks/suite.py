@@ -19,7 +19,7 @@ known, the hardware limit:
   profile of the loop (``attnbook.benchmarks.loop``; it needs the Multi30k files).
 
 Each runs on the CPU and, when PyTorch sees one, on a CUDA GPU, and writes
-``OUT/<cpu|cuda>/<name>.json`` (:mod:`attnbook.experiments.store`'s format: settings and every
+``OUT/<cpu|cuda>/<name>.json`` (:mod:`attnbook.store`'s format: settings and every
 measurement; hardware, versions, load and wall time in its provenance record) and ``OUT/<cpu|cuda>/<name>.png``. ``--quick`` runs tiny sizes in seconds (what the
 test suite runs). Whatever is compared is measured side by side: the training, decoding and
 recurrence variants run one after the other in every round (median and minimum reported), the
@@ -53,7 +53,8 @@ from .models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # noqa: 
                            bench_decoding, bench_recurrence, bench_training,
                            bench_training_config, gpu_peak_flops, matmul_params, matmul_rate,
                            peak_flops, random_batch, transformer_flops, twin_models)
-from ..experiments import store
+from .. import store
+from ..record import command_line, record
 from ..plotting import OKABE_ITO, use_book_style
 from ..utils import count_parameters  # noqa: F401 (re-exported)
 
@@ -121,7 +122,7 @@ def goals(results: dict) -> list[dict]:
 
 
 def load_results(root: Path | str = DEFAULT_OUT) -> dict:
-    """results[kind][section] (a :class:`attnbook.experiments.store.Result`: the data, with its ``calls``)
+    """results[kind][section] (a :class:`attnbook.store.Result`: the data, with its ``calls``)
     for every OUT/kind/section.json under ``root``."""
     root = Path(root)
     out = {}
@@ -266,11 +267,11 @@ def run_section(section: str, device: torch.device, out: Path, quick: bool = Fal
                 note: str = "", plot: bool = True, short: bool = False,
                 command: str | None = None) -> dict:
     """Run one benchmark on ``device``; write out/section.json (and .png) in the results format
-    (:mod:`attnbook.experiments.store`: the call's provenance, with the other busy processes at the start
+    (:mod:`attnbook.store`: the call's provenance, with the other busy processes at the start
     and the end in its ``extra``); return the result. ``short`` (the GPU call's budget) changes
     the training benchmark only."""
-    command = command or store.command_line("attnbook.benchmarks", sys.argv[1:])
-    with store.record(command, threads=torch.get_num_threads(), note=note) as call:
+    command = command or command_line("attnbook.benchmarks", sys.argv[1:])
+    with record(command, threads=torch.get_num_threads(), note=note) as call:
         call.extra["busy_processes"] = None if quick else busy_processes()
         res = RUNS[section](device, quick, short) if section == "training" else \
             RUNS[section](device, quick)

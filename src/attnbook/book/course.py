@@ -20,7 +20,8 @@ from pathlib import Path
 import nbformat
 
 from ..cli import Parser, fail
-from ..experiments import store
+from .. import store
+from ..record import command_line, record
 from ..graders import GRADERS
 from .exercises import exercise_labels, find_exercises
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             return fail(f"no notebook {', '.join(sorted(unknown))}; give stems such as 01_bottleneck")
         paths = [q for q in paths if q.stem in args.only]
-    with store.record(store.command_line("attnbook.book.course", argv), threads=args.threads,
+    with record(command_line("attnbook.book.course", argv), threads=args.threads,
                       note="each notebook alone, in a fresh kernel") as call:
         rows = []
         for q in paths:

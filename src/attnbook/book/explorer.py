@@ -53,7 +53,8 @@ import torch
 from .. import BOS_ID, EOS_ID, __version__
 from ..batching import pad
 from ..bleu import bleu_score
-from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..cli import Parser, UsageError, fail
+from ..training.options import add_common, apply_common
 from ..data import DataError, load_multi30k
 from ..decoding import beam_search
 from ..mha import attention_modules, recording

@@ -354,8 +354,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.out}: {form}, " + ", ".join(
                 f"{f} {v['bytes'] / 1e6:.1f} MB" for f, v in manifest["files"].items()))
             return 0
-        from ..experiments import store
-        with store.record(store.command_line("attnbook.book.live", argv), threads=1) as call:
+        from .. import store
+        from ..record import command_line, record
+        with record(command_line("attnbook.book.live", argv), threads=1) as call:
             result = score_forms(args.out, args.sentences)
         new = store.result("live", result, call)
         if args.results:

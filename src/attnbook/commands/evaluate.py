@@ -25,7 +25,8 @@ import zlib
 from pathlib import Path
 
 from ..bleu import bleu, bleu_by_length, bleu_score  # noqa: F401 (re-exported)
-from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..cli import Parser, UsageError, fail
+from ..training.options import add_common, apply_common
 from ..data import SPLITS, DataError, load_multi30k
 from ..decoding import MAX_SOURCE_TOKENS, translate  # noqa: F401 (re-exported)
 from ..training.runs import RunError, load_run

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from ..cli import Parser, UsageError, add_common, add_recipe, apply_common, config_from_args, fail
+from ..cli import Parser, UsageError, fail
+from ..training.options import add_common, add_recipe, apply_common, config_from_args
 from ..data import DataError
 from ..training.runs import RunError, check_resumable, load_checkpoint
 from ..tokenizer import TokenizerError

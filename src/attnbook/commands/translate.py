@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..cli import Parser, UsageError, fail
+from ..training.options import add_common, apply_common
 from ..decoding import MAX_SOURCE_TOKENS, translate
 from ..training.runs import RunError, load_run
 from ..tokenizer import TokenizerError

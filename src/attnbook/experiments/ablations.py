@@ -13,8 +13,8 @@ not depend on how busy the machine is. The baseline is exactly the leaderboard's
 Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
 validation cross-entropy without label smoothing; the paper reports both, and label smoothing
 "hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``
-(:mod:`attnbook.experiments.store`'s format); with ``--merge`` it merges this call's variants into the file
-by name (:func:`attnbook.experiments.store.merge`), and each variant's ``call`` is the index of the
+(:mod:`attnbook.store`'s format); with ``--merge`` it merges this call's variants into the file
+by name (:func:`attnbook.store.merge`), and each variant's ``call`` is the index of the
 provenance record of the call that made it.
 """
 from __future__ import annotations
@@ -26,9 +26,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import store
+from .. import store
+
+from ..record import command_line, record
 from ..bleu import bleu
-from ..cli import Parser, add_common, fail
+from ..cli import Parser, fail
+from ..training.options import add_common
 from ..data import load_multi30k
 from ..decoding import translate
 from .sweeps import (SNAPSHOTS, open_run, run_name, score_all, summarise,
@@ -64,8 +67,8 @@ def _score_ablation_run(job) -> dict:
 
 
 def merge(old: dict, new: dict) -> dict:
-    """``new``'s variants (a result of one call, :mod:`attnbook.experiments.store`) added to ``old``'s by
-    :func:`attnbook.experiments.store.merge` (a variant of the same name is replaced; another preset or test
+    """``new``'s variants (a result of one call, :mod:`attnbook.store`) added to ``old``'s by
+    :func:`attnbook.store.merge` (a variant of the same name is replaced; another preset or test
     set is a one-line ResultError), in the order of VARIANTS; each variant's ``call`` is the index
     of the call that made it, and ``train_time_s_sum`` covers them all."""
     out = store.merge(old, new, "variants", by=("variant",), same=("preset", "test_set"))
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                     "to another --results folder")
         except store.ResultError as e:
             return fail(e)
-    with store.record(store.command_line("attnbook.experiments.ablations", argv), threads=args.threads,
+    with record(command_line("attnbook.experiments.ablations", argv), threads=args.threads,
                       processes=args.jobs, note=args.note) as call:
         start = time.perf_counter()
         train_all([(c, f) for _, c, f in jobs], args.jobs, args.threads, args.data_dir,

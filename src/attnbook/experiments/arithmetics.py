@@ -38,7 +38,9 @@ from pathlib import Path
 
 import torch
 
-from . import store
+from .. import store
+
+from ..record import command_line, record
 from ..cli import Parser, fail
 from ..reproduce import K_RANGE, from_seeds, kind
 from ..toy import run_quantities
@@ -170,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     seeds_file = store.ROOT / "results" / "cpu" / "toy_seeds.json"    # the book's, from anywhere
     committed = store.Result(store.read(seeds_file), seeds_file)
-    command = store.command_line("attnbook.experiments.arithmetics", argv)
+    command = command_line("attnbook.experiments.arithmetics", argv)
     with tempfile.TemporaryDirectory(dir=".") as tmp, \
-            store.record(command, threads=1, processes=2) as call:
+            record(command, threads=1, processes=2) as call:
         folder = Path(os.path.relpath(tmp))
         for batch in (("native", "avx2"), ("plain",)):     # two at a time: one core each
             workers = [spawn(name, args.tiny, folder) for name in batch]

@@ -14,7 +14,7 @@ tasks.
 
 Each (task, mixer, seed) trains from its own seed on the same data order for that seed (the
 reversal settings and the run are the library's, :data:`attnbook.beyond.REVERSAL` and
-:func:`attnbook.beyond.run_reversal`). The JSON (:mod:`attnbook.experiments.store`'s format) names the
+:func:`attnbook.beyond.run_reversal`). The JSON (:mod:`attnbook.store`'s format) names the
 settings, and its provenance records the calls (command, git commit, versions, hardware, wall and
 CPU time); the notebook loads it. ``--only PART`` runs only that part (``reversal``, ``lm`` or
 ``variants``; repeatable) and merges it into the existing file by part: the others stay, and the
@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from .. import PAD_ID
-from . import store
+from .. import store
+from ..record import command_line, record
 from ..batching import translation_loss
 from ..beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
                      reversal_config, run_reversal, train_model)
@@ -161,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         if old.get("seeds") != args.seeds:
             return fail(f"{args.out} has seeds {old.get('seeds')}: give the same --seeds")
     torch.set_num_threads(args.threads)
-    command = store.command_line("attnbook.experiments.beyond_runs", sys.argv[1:] if argv is None else argv)
-    with store.record(command, threads=args.threads, note=args.note) as call:
+    command = command_line("attnbook.experiments.beyond_runs", sys.argv[1:] if argv is None else argv)
+    with record(command, threads=args.threads, note=args.note) as call:
         result = {"seeds": list(args.seeds), **{part: run_part(part, args) for part in parts}}
     result = store.result("beyond", result, call)
     result["calls"][0]["rows"] = parts

@@ -21,7 +21,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import store
+from .. import store
+
+from ..record import command_line, record
 from ..cli import Parser
 from ..data import load_multi30k
 from ..training.recipe import ALL_MODELS, preset
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     target = results_file(p, args, "evening")
     jobs = evening_jobs(args.models, args.seeds, args.out, args.max_steps)
-    with store.record(store.command_line("attnbook.experiments.evening", argv),
+    with record(command_line("attnbook.experiments.evening", argv),
                       threads=args.threads, note=args.note) as call:
         start = time.perf_counter()
         train_all(jobs, 1, args.threads, args.data_dir, args.device)

@@ -32,7 +32,7 @@ thread, and 3 seeds wherever it compares settings:
 
 The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
 min and max over seeds, and its wall and CPU time; the calls that made it are in its provenance
-records (:mod:`attnbook.experiments.store`: command, git commit, date, threads, versions and hardware)
+records (:mod:`attnbook.store`: command, git commit, date, threads, versions and hardware)
 (the CPU time shows the work when other jobs share the machine: the committed file took 21
 minutes of CPU and 40 of wall time on the book's busy 2-core VM; ex-07-rope-length and
 ex-08-warmup-experiment, added with ``--only``, half a minute and 4 minutes more); ``--only``
@@ -54,11 +54,13 @@ import torch
 import torch.nn.functional as F
 
 from .. import PAD_ID
-from . import store
+from .. import store
+from ..record import command_line, record
 from ..attention import causal_mask
 from ..batching import translation_loss
 from ..bleu import bleu
-from ..cli import Parser, add_common, fail
+from ..cli import Parser, fail
+from ..training.options import add_common
 from ..data import DataError, load_multi30k
 from ..decoding import greedy_generate, translate
 from ..lm import lm_loss, token_positions
@@ -395,7 +397,7 @@ EXPERIMENTS = {"ex-05-heads-width": (heads_width, HEADS_WIDTH),
 
 def run(name: str, tiny: bool = False) -> dict:
     """Run one exercise's experiment; its entry of exercises.json (with its own wall and CPU
-    time; the call's provenance is the file's, :mod:`attnbook.experiments.store`)."""
+    time; the call's provenance is the file's, :mod:`attnbook.store`)."""
     fn, settings = EXPERIMENTS[name]
     s = settings | (TINY[name] if tiny else {})
     start, cpu = time.perf_counter(), time.process_time()
@@ -432,11 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     if other:                                        # refused before anything runs
         return fail(f"{out} holds {', '.join(sorted(map(str, other)))}-scale entries, this call "
                     f"is {scale}; give the file's scale (--tiny or not), or another --results")
-    command = store.command_line("attnbook.experiments.exercise_runs", sys.argv[1:] if argv is None else argv)
+    command = command_line("attnbook.experiments.exercise_runs", sys.argv[1:] if argv is None else argv)
     names = args.only or list(EXPERIMENTS)
     entries = {}
     try:
-        with store.record(command, threads=1) as call:
+        with record(command, threads=1) as call:
             for name in names:
                 print(f"{name} ...", flush=True)
                 entries[name] = run(name, args.tiny)

@@ -49,7 +49,6 @@ copies them into results/gpu/ and results/bench/cuda/ and draws the benchmark fi
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -64,7 +63,8 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from . import store
+from .. import store
+from ..record import COMMIT_FILE, Provenance, git_commit, record, write_commit
 from .scoring import paired_bootstrap
 from ..benchmarks.suite import save_plot
 from ..bleu import bleu
@@ -79,7 +79,7 @@ from ..training.loop import train
 from ..utils import get_device, versions
 
 ROOT = Path(__file__).resolve().parents[3]
-DATA_COPY = ROOT / ".gpu_data"            # what travels to the GPU machine (ignored by git)
+DATA_COPY = COMMIT_FILE.parent            # what travels to the GPU machine (ignored by git)
 MIN_TORCH = (2, 4)                        # the oldest PyTorch the call's code paths are known for
 SCHEMA = 1
 
@@ -249,7 +249,7 @@ def best_runs(plan: Plan, runs: dict) -> dict:
 
 def _child_env(plan: Plan, work: Path, data_dir: Path | None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), ATTNBOOK_CACHE=str(work / "cache"),
-               ATTNBOOK_GIT_COMMIT=git_commit() or "",
+               ATTNBOOK_GIT_COMMIT=git_commit()[0],
                ATTNBOOK_DETERMINISM="warn", CUBLAS_WORKSPACE_CONFIG=":4096:8",
                OMP_NUM_THREADS=str(plan.threads), PYTHONUNBUFFERED="1",
                TORCHINDUCTOR_COMPILE_THREADS="2")
@@ -314,7 +314,7 @@ def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
 
 
 def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None) -> dict:
-    """Every part in turn within the call's deadline, measured as one call (``store.record``);
+    """Every part in turn within the call's deadline, measured as one call (``record``);
     then the summary. Returns it."""
     out.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(parents=True, exist_ok=True)
@@ -322,11 +322,8 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     own = ("python -m attnbook.experiments.gpu_run" + (" --dry-run" if plan.dry else "")
            + (f" --plan {plan_name}" if plan_name != "full" else "") + " --out OUT")
     at_once = 1 if plan.alone else len(plan.candidates)
-    with store.record(own, threads=plan.threads, processes=at_once) as call:
+    with record(own, threads=plan.threads, processes=at_once) as call:
         parts = run_parts(plan, out, work, data_dir, only)
-    call.git_commit = git_commit() or call.git_commit
-    if recorded_commit():      # src/ is that commit's, byte for byte: what a stale .git calls
-        call.extra.pop("uncommitted_changes", None)     # changes are not
     return summarise(plan, out, work, parts, call)
 
 
@@ -367,33 +364,7 @@ def _append_run_logs(plan: Plan, work: Path, log: Path) -> None:
             f.write(f"--- {name}: last evaluations {json.dumps(lines)}\n")
 
 
-def src_digest() -> str:
-    """sha256 of every file under src/attnbook (names and contents): which code a copy holds."""
-    h = hashlib.sha256()
-    for f in sorted((ROOT / "src" / "attnbook").rglob("*.py")):
-        h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def recorded_commit() -> str | None:
-    """The commit ``--prepare-data`` recorded in .gpu_data/COMMIT, while src/ still holds the
-    code it recorded (``src_digest``); else None."""
-    path = DATA_COPY / "COMMIT"
-    if path.is_file():
-        recorded = path.read_text().split()
-        if len(recorded) == 2 and recorded[1] == src_digest():
-            return recorded[0]
-    return None
-
-
-def git_commit() -> str | None:
-    """The commit the call runs at: the recorded one (``recorded_commit``; a copy of the
-    repository on a lent machine may carry a stale .git, or none), else git's answer
-    (``store.git_commit``)."""
-    return recorded_commit() or store.git_commit(ROOT)[0] or None
-
-
-def summarise(plan: Plan, out: Path, work: Path, parts: dict, call: store.Provenance) -> dict:
+def summarise(plan: Plan, out: Path, work: Path, parts: dict, call: Provenance) -> dict:
     """gpu_run.json (with ``call``, the call's provenance record) and gpu_run.png from what the
     parts left."""
     runs = collect_candidates(plan, work)
@@ -453,11 +424,11 @@ def prepare_data(dest: Path = DATA_COPY) -> list[Path]:
         for lang in ("de", "en", "fr"):
             src = locate(split, lang)
             copied.append(Path(shutil.copy2(src, dest / "multi30k" / src.name)))
-    commit, dirty = store.git_commit(ROOT)
+    commit, dirty = git_commit()
     if not commit or dirty:
         raise ValueError("src/ has uncommitted changes (or this is no git repository): commit "
                          "them first, so that the call's results name the code they ran")
-    (dest / "COMMIT").write_text(f"{commit} {src_digest()}\n")
+    write_commit(commit, dest / "COMMIT")
     return copied
 
 

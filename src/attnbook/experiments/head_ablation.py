@@ -27,7 +27,7 @@ and its neighbours, for cross-attention the monotone alignment) and the mean wei
 first key (the sink: ``<s>`` in the decoder, the first piece in the encoder). Averages are over
 real query positions, padding excluded.
 
-Writes ``OUT`` (JSON in :mod:`attnbook.experiments.store`'s format: its provenance record has the command,
+Writes ``OUT`` (JSON in :mod:`attnbook.store`'s format: its provenance record has the command,
 git commit, hardware, threads, versions, wall and processor time; no absolute paths) and, with ``--figure``, a scatter plot of each head's loss increase against its
 entropy (SVG).
 """
@@ -41,10 +41,12 @@ from pathlib import Path
 import torch
 
 from .. import __version__
-from . import store
+from .. import store
+from ..record import command_line, record
 from ..batching import TranslationBatches, translation_loss
 from ..bleu import bleu
-from ..cli import Parser, UsageError, add_common, apply_common, fail
+from ..cli import Parser, UsageError, fail
+from ..training.options import add_common, apply_common
 from ..data import DataError, load_multi30k
 from ..decoding import translate
 from ..mha import MultiHeadAttention, recording, scaling_heads
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("give --run, --out and --figure relative to the repository: "
                              "they are recorded in the results")
         apply_common(args)
-        with store.record(store.command_line("attnbook.experiments.head_ablation", argv),
+        with record(command_line("attnbook.experiments.head_ablation", argv),
                           threads=torch.get_num_threads()) as call:
             result = ablation_study(args.run, args.average, args.every, args.data_dir,
                                     device="cpu")

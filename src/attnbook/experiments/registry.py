@@ -5,7 +5,7 @@ An :class:`Experiment` names the command module that does the work (run by name,
 would: the library imports no command), the arguments of the full run that made the committed
 file, those of a tiny run (seconds; the tests), how ``--seeds`` and ``--only KEY`` are passed on,
 and the chapters that show it. Its cost is read from the committed file's provenance record
-(:mod:`attnbook.experiments.store`): the CPU time of its calls (their wall time where none was recorded).
+(:mod:`attnbook.store`): the CPU time of its calls (their wall time where none was recorded).
 """
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import store
-from .store import ResultError, find, read
+from .. import store
+
+from ..record import Provenance, command_line, record
+from ..store import ResultError, find, read
 
 SEEDS = (0, 1, 2)        # every experiment's seeds, unless it says otherwise
 
@@ -208,7 +210,7 @@ EXPERIMENTS = {e.name: e for e in [
 METRICS_PROVENANCE = ("hardware", "date", "threads", "processes")
 
 
-def collect_metrics(run_folder: Path, target: Path, call: store.Provenance) -> Path:
+def collect_metrics(run_folder: Path, target: Path, call: Provenance) -> Path:
     """Write the metrics.json of a run folder as the result ``target`` of the call that trained
     it: the run's own record of threads, processes, hardware and date moves into the call."""
     metrics = json.loads((Path(run_folder) / "metrics.json").read_text())
@@ -228,7 +230,7 @@ def run(name: str, argv: list[str], tiny_out: str | None = None) -> int:
         module = importlib.import_module(f"attnbook.{e.module}.__main__")
     if not e.collect:
         return module.main(argv)
-    with store.record(store.command_line(f"attnbook.{e.module}", argv)) as call:
+    with record(command_line(f"attnbook.{e.module}", argv)) as call:
         status = module.main(argv)
     if status:
         return status

@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import store
+from .. import store
+
+from ..record import command_line, record
 from ..cli import Parser, fail
 from ..training.runs import RunError
 from .scales import measure_run
@@ -25,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     try:
-        with store.record(store.command_line("attnbook.experiments.score_scales", argv)) as call:
+        with record(command_line("attnbook.experiments.score_scales", argv)) as call:
             result = measure_run(args.run, args.average, args.sentences)
     except RunError as e:
         return fail(e)

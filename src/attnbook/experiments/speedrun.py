@@ -32,7 +32,9 @@ from pathlib import Path
 
 import torch
 
-from . import store
+from .. import store
+
+from ..record import command_line, record
 from ..cli import Parser
 from ..data import load_multi30k
 from ..training.recipe import override, preset
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(name, cfg, args.out / f"{name}_seed{cfg.seed}")
             for name in sorted(args.rows, key=p.get_default("rows").index)
             for cfg in (row_config(name, seed, args.max_steps) for seed in args.seeds)]
-    with store.record(store.command_line("attnbook.experiments.speedrun", argv),
+    with record(command_line("attnbook.experiments.speedrun", argv),
                       threads=args.threads, note=args.note) as call:
         speeds = None
         if not args.no_bench:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli import add_common
+from ..training.options import add_common
 from ..data import load_multi30k
 from ..training.recipe import same_run
 from ..training.runs import load_run

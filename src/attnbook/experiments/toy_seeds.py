@@ -31,12 +31,12 @@ mean of the last 50 steps, as chapter 3 prints it), the loss in blocks of 50 ste
 time; for the models without attention the accuracy of each output position on 20-symbol sources
 (chapter 1's measurement), and for the attention models the statistics of their weights on
 chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`, or
-:func:`attnbook.toy.copy_alignment` for the copy task). The JSON (:mod:`attnbook.experiments.store`'s format)
+:func:`attnbook.toy.copy_alignment` for the copy task). The JSON (:mod:`attnbook.store`'s format)
 also names the settings, and its provenance record the command, git commit, date, hardware,
 versions, threads (1), wall and CPU time; chapters 1-3 load it.
 
 ``--merge`` runs only the runs named by ``--runs`` and merges them into the existing JSON by
-(name, seed) (:func:`attnbook.experiments.store.merge`; other seeds or scale are a one-line error): its other
+(name, seed) (:func:`attnbook.store.merge`; other seeds or scale are a one-line error): its other
 runs and its timing stay as they were, and the merging call is appended to its ``calls`` with
 the runs it made, so each run still names the call that made it:
 
@@ -53,7 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import PAD_ID
-from . import store
+from .. import store
+from ..record import command_line, record
 from ..cli import Parser, fail
 from ..conv import ConvS2S, layers_like
 from ..rnn import Seq2Seq
@@ -189,7 +190,7 @@ def spread(runs: list[dict], key: str) -> dict:
 
 def merged(old: dict, new: dict) -> dict:
     """``old`` (a toy_seeds.json) with the runs of ``new`` (a call with ``--merge``) put in, by
-    :func:`attnbook.experiments.store.merge`: the runs of ``new`` replace any of ``old`` with the same name
+    :func:`attnbook.store.merge`: the runs of ``new`` replace any of ``old`` with the same name
     and seed (other seeds or scale: a one-line ResultError); the runs are listed in the order of
     :data:`RUNS`, then seed; ``old``'s timing stays, and the new call is appended to ``calls``
     with the keys of its runs."""
@@ -268,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{out} has seeds {old.get('seeds')} at scale {old.get('scale')!r}: merge "
                     "runs with the same seeds and scale")
     torch.set_num_threads(1)                 # as the chapters (train_toy uses one thread anyway)
-    command = store.command_line("attnbook.experiments.toy_seeds", argv)
-    with store.record(command, threads=torch.get_num_threads(), note=args.note) as call:
+    command = command_line("attnbook.experiments.toy_seeds", argv)
+    with record(command, threads=torch.get_num_threads(), note=args.note) as call:
         result = runs_of(args)
     seconds = call.wall_s
     result = store.result("toy_seeds", result, call)

@@ -43,10 +43,13 @@ from pathlib import Path
 
 import torch
 
-from . import store
+from .. import store
+
+from ..record import command_line, record
 from ..batching import TranslationBatches, make_batch, translation_loss
 from ..bleu import bleu, bleu_by_length
-from ..cli import Parser, add_common
+from ..cli import Parser
+from ..training.options import add_common
 from ..data import load_multi30k
 from ..decoding import translate
 from ..training.recipe import ALL_MODELS, MODELS, forward_logits, override, preset
@@ -342,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse,
                           args.max_steps)
-    # the call's provenance (attnbook.experiments.store); each run's own threads are the call's threads
-    with store.record(store.command_line("attnbook.experiments.translators", argv), threads=args.threads,
+    # the call's provenance (attnbook.store); each run's own threads are the call's threads
+    with record(command_line("attnbook.experiments.translators", argv), threads=args.threads,
                       processes=args.jobs, note=args.note) as call:
         start = time.perf_counter()
         train_all(jobs, args.jobs, args.threads, args.data_dir, args.device)

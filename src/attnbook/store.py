@@ -2,13 +2,14 @@
 
     {"experiment": NAME, "format": FORMAT, "calls": [Provenance, ...], ...the data...}
 
-``calls`` holds one :class:`Provenance` record per call of ``python -m attnbook run NAME`` (or of
+``calls`` holds one :class:`~attnbook.record.Provenance` record per call of ``python -m attnbook run NAME`` (or of
 the command it runs) that made or changed the file, oldest first: the command as typed, the git
 commit it ran at, date, hardware and versions, threads, processes at once, load average before and
 after, wall and CPU time (children included), a note, and which rows it made. The data keys are the
 experiment's own (``runs``, ``variants``, ``settings``, ...), as the notebooks read them.
 
-* :func:`record` measures a call; :func:`result` builds a file from data and its call;
+* :func:`attnbook.record.record` measures a call; :func:`result` builds a file from data and its
+  call;
 * :func:`merge` adds a call's rows to an existing file by key: a row with the same key is replaced,
   others are kept, the call is appended; other settings are refused (:class:`ResultError`);
 * :func:`write` writes atomically; :func:`load` is the one loader the notebooks use: a
@@ -21,22 +22,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
-import shlex
-import subprocess
-import time
 import zlib
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
-from ..utils import versions
+from .record import Provenance, ProvenanceError
 
 FORMAT = "attnbook-result/1"
-ROOT = Path(__file__).resolve().parents[3]      # the repository, when attnbook runs from src/
-AS_TYPED = ""      # set by `python -m attnbook run`: the command as typed, recorded by record()
+ROOT = Path(__file__).resolve().parents[2]      # the repository, when attnbook runs from src/
 
 
 class ResultError(ValueError):
@@ -45,91 +38,6 @@ class ResultError(ValueError):
 
 class MissingResult(ResultError, FileNotFoundError):
     """A result file that does not exist."""
-
-
-@dataclass
-class Provenance:
-    """How one call made (part of) a result file."""
-
-    command: str                       # as typed: "python -m attnbook run board --seeds 0"
-    git_commit: str                    # 40 hex digits: the commit the call ran at
-    date: str                          # "2026-11-23 14:55 UTC" (converted records: as recorded)
-    hardware: dict                     # utils.versions(): processor, GPU, python, torch, ...
-    threads: int | None = None         # PyTorch threads (per process)
-    processes: int | None = None       # processes at once
-    load_before: list | None = None    # load average (1, 5, 15 min; older records: 1 min only)
-    load_after: list | None = None
-    wall_s: float | None = None
-    cpu_s: float | None = None         # user + system time, this process and its children
-    note: str = ""
-    rows: list | None = None           # keys of the rows this call made; None: all of them
-    recovered: str = ""                # for a converted record: how git_commit was found
-    extra: dict = field(default_factory=dict)   # other measurements its command recorded
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Provenance":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown or not {"command", "git_commit", "date", "hardware"} <= set(d):
-            raise ResultError(f"not a provenance record (keys {sorted(d)}); write it with "
-                              "attnbook.experiments.store.record")
-        return cls(**d)
-
-
-def git_commit(where: Path = ROOT) -> tuple[str, bool]:
-    """(the commit checked out in ``where``, whether its src/ has uncommitted changes). The GPU
-    call's parts are told the commit in $ATTNBOOK_GIT_COMMIT (what ``--prepare-data`` recorded):
-    a copy of the repository on a lent machine may carry no .git, or a stale one."""
-    if os.environ.get("ATTNBOOK_GIT_COMMIT"):
-        return os.environ["ATTNBOOK_GIT_COMMIT"], False
-    try:
-        head = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--", "src"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "", False
-    return head, bool(dirty)
-
-
-def _load() -> list | None:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
-def _cpu_seconds() -> float:
-    me, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
-                                                     resource.RUSAGE_CHILDREN))
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
-
-
-def command_line(prog: str, argv) -> str:
-    """The command as typed: ``command_line("attnbook.experiments.toy_seeds", ["--tiny"])`` ->
-    'python -m attnbook.experiments.toy_seeds --tiny'."""
-    return shlex.join(["python", "-m", prog, *map(str, argv)])
-
-
-@contextmanager
-def record(command: str, *, threads: int | None = None, processes: int = 1, note: str = ""):
-    """Measure a call: ``with record(cmd, threads=1) as call: ...``; afterwards ``call`` (a
-    :class:`Provenance`) has its wall and CPU time (children included) and the load after.
-    Under ``python -m attnbook run`` the record's command is that one, as typed, and ``command``
-    (the experiment's own command that it ran) is kept in ``extra["ran"]``."""
-    commit, dirty = git_commit()
-    call = Provenance(command=AS_TYPED or command, git_commit=commit,
-                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                      hardware=versions(), threads=threads or torch.get_num_threads(),
-                      processes=processes, load_before=_load(), note=note)
-    if AS_TYPED:
-        call.extra["ran"] = command
-    if dirty:
-        call.extra["uncommitted_changes"] = True    # src/ differed from git_commit
-    wall, cpu = time.perf_counter(), _cpu_seconds()
-    try:
-        yield call
-    finally:
-        call.wall_s = round(time.perf_counter() - wall, 3)
-        call.cpu_s = round(_cpu_seconds() - cpu, 3)
-        call.load_after = _load()
 
 
 def result(experiment: str, data: dict, call: Provenance) -> dict:
@@ -158,8 +66,7 @@ def merge(old: dict, new: dict, rows: str, by=(), same=()) -> dict:
         raise ResultError(f"cannot merge into a file of experiment {old.get('experiment')!r}, "
                           f"format {old.get('format')!r}, the results of "
                           f"{new.get('experiment')!r}; "
-                          "give the experiment's own result file, or convert it first "
-                          "(python -m attnbook run --convert)")
+                          "give the experiment's own result file")
     for key in same:
         if old.get(key) != new.get(key):
             raise ResultError(f"{key} differ from those of the file (file: "
@@ -244,12 +151,15 @@ class Result(dict):
 
     def __init__(self, res: dict, path: Path):
         if res.get("format") != FORMAT or "calls" not in res:
-            raise ResultError(f"{path} is not in the results format {FORMAT}; convert it with "
-                              "`python -m attnbook run --convert`")
+            raise ResultError(f"{path} is not in the results format {FORMAT}; make it again "
+                              "with its command (`python -m attnbook run --list`)")
         super().__init__({k: v for k, v in res.items() if k not in ("experiment", "format",
                                                                      "calls")})
         self.experiment = res["experiment"]
-        self.calls = [Provenance.from_dict(c) for c in res["calls"]]
+        try:
+            self.calls = [Provenance.from_dict(c) for c in res["calls"]]
+        except ProvenanceError as e:
+            raise ResultError(f"{path}: {e}") from None
         self.path = path
 
     def call_of(self, key: str) -> "Provenance":

@@ -323,3 +323,28 @@ def test_the_dispatcher_runs_every_command_by_name(capsys):
     with pytest.raises(SystemExit) as e:
         main(["toy_seeds", "--no-such-option"])         # = python -m attnbook.experiments.toy_seeds ...
     assert e.value.code == 2 and "see `python -m attnbook.experiments.toy_seeds" in capsys.readouterr().err
+
+
+# ---- the models the package stores, by name ----------------------------------------------------
+
+def test_translate_and_evaluate_use_a_stored_model_by_name(capsys, monkeypatch):
+    """`translate --stored cpu-base` translates as load_stored("cpu-base") with translate() does;
+    a stored name given as a folder, both or neither, and --average with a stored model are
+    one-line errors that say what to give."""
+    from attnbook.decoding import translate as translate_text
+    from attnbook.training.runs import load_stored
+    lines = ["Ein Hund rennt durch den Schnee.", "Zwei Frauen sitzen auf einer Bank."]
+    model, tok, cfg = load_stored("cpu-base", "cpu")
+    want = translate_text(model, tok, lines, beam_size=1, alpha=cfg.length_alpha)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert translate.main(["--stored", "cpu-base", "--beam", "1", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.splitlines() == want
+    for argv, message in ([["cpu-base"], "give --stored cpu-base"],
+                          [[], "give a run folder or --stored NAME"],
+                          [["runs/x", "--stored", "cpu-tiny"], "not both"],
+                          [["--stored", "cpu-tiny", "--average", "5"], "leave --average out"]):
+        for module in (translate, evaluate):
+            monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Hund.\n"))
+            assert message in one_line_error(capsys, module.main([*argv, "--device", "cpu"]))
+    err = one_line_error(capsys, translate.main(["no/such/run", "--device", "cpu"]))
+    assert "--stored cpu-base|cpu-tiny|gru-additive" in err

@@ -5,6 +5,7 @@ The metric is :mod:`attnbook.bleu` (sacreBLEU, with its signature), the translat
 ``from attnbook.commands.evaluate import bleu, translate`` keeps working.
 
     python -m attnbook.commands.evaluate runs/cpu-tiny                        # BLEU on test_2016_flickr
+    python -m attnbook.commands.evaluate --stored cpu-base                    # a model the package stores
     python -m attnbook.commands.evaluate runs/cpu-tiny --split val --beam 1   # greedy, on the validation set
     python -m attnbook.commands.evaluate runs/cpu-tiny --src my.de.gz --ref my.en.gz --save hyps.txt
 
@@ -26,10 +27,10 @@ from pathlib import Path
 
 from ..bleu import bleu, bleu_by_length, bleu_score  # noqa: F401 (re-exported)
 from ..cli import Parser, UsageError, fail
-from ..training.options import add_common, apply_common
+from ..training.options import add_common, add_model, apply_common, load_model
 from ..data import SPLITS, DataError, load_multi30k
 from ..decoding import MAX_SOURCE_TOKENS, translate  # noqa: F401 (re-exported)
-from ..training.runs import RunError, load_run
+from ..training.runs import RunError
 
 
 def _lines(numbers: list[int]) -> str:
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m attnbook.commands.evaluate",
                description="BLEU (sacreBLEU) of a trained run on a Multi30k split "
                            "or on a test set of your own (--src and --ref).")
-    p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")
+    add_model(p)
     p.add_argument("--split", choices=[s for s in SPLITS if s != "train"], default=None,
                    help="Multi30k split (default: test_2016_flickr)")
     p.add_argument("--src", help="source sentences, one per line (UTF-8, or gzip if .gz)")
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             return fail(e)
         name, lines_of = f"{args.src} -> {args.ref}", f"--src {args.src}"
     try:
-        model, tok, cfg = load_run(args.run, apply_common(args), average=args.average)
+        model, tok, cfg = load_model(args, apply_common(args))
         if not own:
             args.split = args.split or "test_2016_flickr"
             pairs = load_multi30k(args.split, cfg.src_lang, cfg.tgt_lang, args.data_dir)

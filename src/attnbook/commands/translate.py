@@ -1,6 +1,7 @@
 """Translate sentences with a trained run: one sentence per line on stdin, translations on stdout.
 
-    echo "Ein Hund rennt durch den Schnee." | python -m attnbook.commands.translate runs/cpu-tiny
+    echo "Ein Hund rennt durch den Schnee." | python -m attnbook translate runs/cpu-tiny
+    echo "Ein Hund rennt durch den Schnee." | python -m attnbook translate --stored cpu-base
 
 Standard input is read as UTF-8 (a byte-order mark and Windows line ends are dropped). A missing
 or damaged run folder, an empty input, input that is not UTF-8, an empty line (or one of
@@ -10,25 +11,24 @@ that name the input line (exit status 2): nothing is dropped or cut.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from ..cli import Parser, UsageError, fail
-from ..training.options import add_common, apply_common
+from ..training.options import add_common, add_model, apply_common, load_model
 from ..decoding import MAX_SOURCE_TOKENS, translate
-from ..training.runs import RunError, load_run
+from ..training.runs import RunError
 from ..tokenizer import TokenizerError
 
 
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m attnbook.commands.translate", description=__doc__.split("\n")[0])
-    p.add_argument("run", type=Path, help="run folder (with checkpoint.pt and tokenizer.model)")
+    add_model(p)
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
     add_common(p, "average", "device", "threads")
     args = p.parse_args(argv)
     try:
         if args.beam is not None and args.beam < 1:
             raise UsageError(f"--beam must be at least 1, got {args.beam}")
-        model, tok, cfg = load_run(args.run, apply_common(args), average=args.average)
+        model, tok, cfg = load_model(args, apply_common(args))
     except (UsageError, RunError) as e:
         return fail(e)
     raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()

@@ -27,7 +27,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import store
-
 from ..record import command_line, record
 from ..bleu import bleu
 from ..cli import Parser, fail

@@ -39,7 +39,6 @@ from pathlib import Path
 import torch
 
 from .. import store
-
 from ..record import command_line, record
 from ..cli import Parser, fail
 from ..reproduce import K_RANGE, from_seeds, kind

@@ -22,7 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import store
-
 from ..record import command_line, record
 from ..cli import Parser
 from ..data import load_multi30k

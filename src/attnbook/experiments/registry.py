@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import store
-
 from ..record import Provenance, command_line, record
 from ..store import ResultError, find, read
 

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from .. import store
-
 from ..record import command_line, record
 from ..cli import Parser, fail
 from ..training.runs import RunError

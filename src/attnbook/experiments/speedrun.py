@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 
 from .. import store
-
 from ..record import command_line, record
 from ..cli import Parser
 from ..data import load_multi30k

@@ -44,7 +44,6 @@ from pathlib import Path
 import torch
 
 from .. import store
-
 from ..record import command_line, record
 from ..batching import TranslationBatches, make_batch, translation_loss
 from ..bleu import bleu, bleu_by_length

@@ -12,6 +12,7 @@ eval_every=50``, ``--set d_k=16`` or ``--set arch.d_k=16``), all through
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -19,6 +20,7 @@ from ..cli import UsageError
 from ..utils import PRECISIONS, get_device
 from .recipe import (ALL_MODELS, FIELDS, PRESETS, ConfigError, TrainConfig, check_config,
                      field_name, override, preset)
+from .runs import STORED_MODELS, load_run, load_stored
 
 
 # --- The options every command shares --------------------------------------------------------
@@ -58,6 +60,36 @@ def apply_common(args: argparse.Namespace) -> torch.device:
         return get_device(getattr(args, "device", None))
     except (RuntimeError, ValueError) as e:
         raise UsageError(f"--device: {e}") from None
+
+
+# --- Which trained model: a run folder, or one the package stores -----------------------------
+
+def add_model(p: argparse.ArgumentParser) -> None:
+    """A trained model to use: a run folder (positional ``run``), or ``--stored NAME``, one the
+    package keeps (:data:`attnbook.training.runs.STORED_MODELS`)."""
+    p.add_argument("run", type=Path, nargs="?",
+                   help="run folder (with checkpoint.pt and tokenizer.model); or give --stored")
+    p.add_argument("--stored", choices=sorted(STORED_MODELS), metavar="NAME",
+                   help="a model the package stores, instead of a run folder: "
+                        + ", ".join(sorted(STORED_MODELS)))
+
+
+def load_model(args: argparse.Namespace, device: torch.device):
+    """(model, tokenizer, config) of the model that ``add_model``'s options name. A stored model
+    is already an average of snapshots, so ``--average`` applies to run folders only.
+    UsageError for neither or both; RunError (attnbook.training.runs) for a bad folder."""
+    if (args.run is None) == (args.stored is None):
+        raise UsageError("give a run folder or --stored NAME (one of "
+                         f"{', '.join(sorted(STORED_MODELS))}), not {'both' if args.run else 'neither'}")
+    if args.stored is not None:
+        if getattr(args, "average", 1) != 1:
+            raise UsageError(f"--average applies to a run folder's snapshots; the stored "
+                             f"{args.stored} is used as stored: leave --average out")
+        return load_stored(args.stored, device)
+    if not args.run.exists() and str(args.run) in STORED_MODELS:
+        raise UsageError(f"{args.run} is not a run folder, but the package stores a model of that "
+                         f"name: give --stored {args.run}")
+    return load_run(args.run, device, average=getattr(args, "average", 1))
 
 
 # --- The recipe options of python -m attnbook.commands.train ------------------------------------------

@@ -128,7 +128,9 @@ def load_run(run: Path, device=None, average: int = 1):
     """
     run = Path(run)
     device = device or get_device()
-    train_one = f"train one with `python -m attnbook.commands.train --preset cpu-tiny --out {run}`"
+    train_one = (f"train one with `python -m attnbook.commands.train --preset cpu-tiny --out {run}`, "
+                 "or use a model the package stores (the commands' --stored "
+                 f"{'|'.join(sorted(STORED_MODELS))}; load_stored(name) in Python)")
     if not run.is_dir():
         raise MissingRunFile(f"{run} is not a run folder; {train_one}")
     path = run / "checkpoint.pt"

@@ -36,3 +36,9 @@ def test_a_malformed_table_is_an_error_that_says_what():
         markdown_table(["a", "b", "c"], [[1, 2, 3], [1, 2]])
     with pytest.raises(ValueError, match="l, r or c for each of the 2 columns"):
         markdown_table(["a", "b"], [[1, 2]], align="lx")
+
+
+def test_columns_of_numbers_are_right_aligned_and_text_left():
+    text = markdown_table(["model", "BLEU", "range", "kept?", "beam"],
+                          [["GRU", "35.9 ± 0.4", "23.0–23.3", "yes", "–"], ["conv", "36.6", "1,200", "no", "38.5"]])
+    assert text.splitlines()[1] == "|:--|--:|--:|:--|--:|"

@@ -18,6 +18,8 @@ from typing import Sequence
 
 MARKUP = re.compile(r"([\\`*_\[\]<>|#$])")
 ALIGN = {"l": ":--", "r": "--:", "c": ":-:"}
+# a number as a table shows one: 35.9, -1.12, 1,200, 35.9 ± 0.4, 23.0–23.3, 1.17M, 58.6%, x1.5, 0.009 *
+NUMBER = re.compile(r"[\s+\-−–±×x*.,%()0-9]*(M|k|G|ms|s|MiB|to|[\s.,0-9±–-])*")
 
 
 def cell_text(value) -> str:
@@ -25,14 +27,23 @@ def cell_text(value) -> str:
     return MARKUP.sub(r"\\\1", " ".join(str(value).split()))
 
 
+def numeric(value) -> bool:
+    """Whether a cell reads as a number (digits, with signs, units and ranges): right-aligned."""
+    text = str(value).strip()
+    return any(c.isdigit() for c in text) and NUMBER.fullmatch(text) is not None
+
+
 def markdown_table(header: Sequence, rows: Sequence[Sequence], align: str | None = None,
                    caption: str = "") -> str:
     """A Markdown (MyST/GFM) table: ``header`` (k names), ``rows`` (each k cells), ``align`` one
-    letter per column, l, r or c (default: the first column left, the others right, as numbers
-    are read). ``caption``, if given, is a line of text above the table. ValueError for a row of
-    another length or a bad ``align``."""
+    letter per column, l, r or c (default: right where every cell of the column reads as a number,
+    as numbers are read, left elsewhere). ``caption``, if given, is a line of text above the
+    table. ValueError for a row of another length or a bad ``align``."""
     k = len(header)
-    align = align or "l" + "r" * (k - 1)
+    if align is None:                  # empty cells and dashes (no value) do not decide
+        cols = [[str(row[j]).strip() for row in rows if len(row) == k] for j in range(k)]
+        align = "".join("r" if any(map(numeric, c)) and all(numeric(x) or x in ("", "–", "—")
+                                                           for x in c) else "l" for c in cols)
     if len(align) != k or set(align) - set(ALIGN):
         raise ValueError(f"align {align!r} must give l, r or c for each of the {k} columns")
     for i, row in enumerate(rows):

@@ -49,8 +49,9 @@
     var translator = new window.AttnbookTranslator(base), extras = {};
     var form = el("form", {"class": "tr-form"}, root);
     el("label", {"for": "tr-source"}, form, "German sentence");
-    var source = el("textarea", {id: "tr-source", rows: "2", lang: "de", maxlength: "1000",
-                                 spellcheck: "false"}, form);
+    // no maxlength: a pasted paragraph is never cut silently; the translator says how many
+    // pieces it has and how many it takes
+    var source = el("textarea", {id: "tr-source", rows: "2", lang: "de", spellcheck: "false"}, form);
     var row = el("div", {"class": "tr-row"}, form);
     var examplesLabel = el("label", {}, row, "Or pick a test sentence ");
     var examples = el("select", {"aria-label": "test sentence"}, examplesLabel);
@@ -62,7 +63,7 @@
     var result = el("dl", {"class": "tr-result", "aria-live": "polite"}, root);
     var panel = el("fieldset", {"class": "tr-heads", disabled: "disabled"}, root);
     el("legend", {}, panel, "Switch heads off (checked: on)");
-    var table = el("table", {}, panel), switches = {}, rowSwitches = [];
+    var table = el("table", {}, panel), switches = {}, rowSwitches = [], rowOf = {};
     var head = el("tr", {}, el("thead", {}, table));
     el("th", {scope: "col"}, head, "layer");
     for (var h = 0; h < 4; h++) el("th", {scope: "col"}, head, "head " + (h + 1));
@@ -139,13 +140,13 @@
         translator.heads.self.fill(1);
         translator.heads.cross.fill(1);
         Object.keys(switches).forEach(function (k) { switches[k].checked = true; });
-        rowSwitches.forEach(function (b) { b.checked = true; });
+        rowSwitches.forEach(function (b) { b.checked = true; b.indeterminate = false; });
         effect.textContent = "";
         var text = source.value, t = await translator.translate(text, +decoding.value);
         var att = await translator.attention(t.enc, t.out);
         last = {text: text, t: t, logp: await translator.logProb(t.enc, t.out)};
-        show([["German", text, "de"], ["Translation", t.text, "en"],
-              ["Time", (t.ms / 1000).toFixed(2) + " s (" + decoding.options[decoding.selectedIndex].text +
+        // the German sentence and its translation are shown once, above the maps (explorer.js)
+        show([["Time", (t.ms / 1000).toFixed(2) + " s (" + decoding.options[decoding.selectedIndex].text +
                        ", " + t.out.length + " pieces)"]]);
         drawMaps(text, t, att);
         root.setAttribute("data-translation", t.text);
@@ -155,6 +156,14 @@
       }
       go.disabled = false;
       panel.disabled = false;
+    }
+
+    // a row's "all" box: ticked when all its heads are on, half-ticked when some are
+    function syncRow(kind, layer) {
+      var on = 0;
+      for (var h = 0; h < 4; h++) on += switches[kind + layer + "." + h].checked ? 1 : 0;
+      rowOf[kind + layer].checked = on === 4;
+      rowOf[kind + layer].indeterminate = on > 0 && on < 4;
     }
 
     async function switched() {
@@ -203,7 +212,9 @@
                                  "aria-label": k[1] + ", layer " + (l + 1) + ", head " + (h + 1),
                                  "data-head": k[0] + "/" + (l + 1) + "/" + (h + 1)}, el("td", {}, tr));
           switches[k[0] + l + "." + h] = box;
-          box.addEventListener("change", switched);
+          box.addEventListener("change", (function (kind, layer) {
+            return function () { syncRow(kind, layer); switched(); };
+          })(k[0], l));
         }
         var all = el("input", {type: "checkbox", checked: "checked",
                                "aria-label": k[1] + ", layer " + (l + 1) + ", all heads",
@@ -211,20 +222,26 @@
         all.addEventListener("change", (function (kind, layer, box) {
           return function () {
             for (var h = 0; h < 4; h++) switches[kind + layer + "." + h].checked = box.checked;
+            box.indeterminate = false;
             switched();
           };
         })(k[0], l, all));
         rowSwitches.push(all);
+        rowOf[k[0] + l] = all;
       }
     });
     reset.addEventListener("click", function () {
       Object.keys(switches).forEach(function (k) { switches[k].checked = true; });
-      rowSwitches.forEach(function (b) { b.checked = true; });
+      rowSwitches.forEach(function (b) { b.checked = true; b.indeterminate = false; });
       switched();
     });
     form.addEventListener("submit", run);
     examples.addEventListener("change", function () {
       if (examples.value) source.value = examples.value;
+    });
+    // a sentence of the reader's own: the menu no longer names a test sentence
+    source.addEventListener("input", function () {
+      if (examples.value && source.value !== examples.value) examples.value = "";
     });
 
     var start = performance.now();

@@ -1,10 +1,10 @@
 """A Sphinx extension with the book's fixes to what the HTML builder writes (``_config.yml``:
 ``sphinx: extra_extensions``).
 
-* **One copy of each script.** sphinx-thebe adds its configuration script (``const THEBE_JS_URL
-  = ...``) once each time Jupyter Book sets it up, and Jupyter Book sets it up twice, so every
+* **One copy of each script.** sphinx-thebe's configuration script (``const THEBE_JS_URL =
+  ...``) reaches every page twice (once with the file name ``None``, once with ``""``), so the
   page declared the constant twice and the browser logged a SyntaxError. Scripts with the same
-  file and the same inline body are written once.
+  file (no file counting as one) and the same inline body are written once.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ def one_of_each_script(app, pagename, templatename, context, doctree) -> None:
     """Drop a script that the page already loads (same file, same inline body)."""
     seen, kept = set(), []
     for script in context.get("script_files", []):
-        key = (str(script), getattr(script, "attributes", {}).get("body"))
+        name = getattr(script, "filename", script) or ""          # None and "": no file
+        key = (str(name), tuple(sorted(getattr(script, "attributes", {}).items())))
         if key not in seen:
             seen.add(key)
             kept.append(script)

@@ -7,6 +7,8 @@ The runs themselves are made by ``python -m attnbook.experiments.ablations`` (``
 """
 from __future__ import annotations
 
+from .. import tables
+
 # Each variant: (Table 3's row, what changes, the overrides of cpu-tiny's Transformer, by field
 # name: recipe.override). results/cpu/ablations.json records them as they are written here.
 VARIANTS = {
@@ -65,12 +67,12 @@ def change(res: dict, name: str, key: str) -> float:
 
 
 def markdown_table(res: dict, names=None) -> str:
-    """The variants ``names`` (default: all) of ``res`` as a Markdown table: test BLEU and
-    validation perplexity, mean ± std (min–max) over the seeds, the change from the base, and
-    the paper's change for the corresponding row."""
+    """The variants ``names`` (default: all) of ``res`` as a Markdown table (attnbook.tables):
+    each variant with the paper's row, its change, test BLEU and validation perplexity, mean ±
+    std (min–max) over the seeds, the change from the base, and the paper's change for the
+    corresponding row (BLEU, perplexity)."""
     spread = lambda s: f"{s['mean']:.2f} ± {s['std']:.2f} ({s['min']:.2f}–{s['max']:.2f})"  # noqa: E731
-    rows = ["| variant | row | change | parameters | test BLEU | ΔBLEU | validation perplexity "
-            "| Δppl | paper: its change | ΔBLEU | Δppl |", "|" + "---|" * 11]
+    rows = []
     for v in res["variants"]:
         name = v["variant"]
         if names is not None and name not in names:
@@ -78,11 +80,12 @@ def markdown_table(res: dict, names=None) -> str:
         ours = ("", "") if name == "base" else (f"{change(res, name, 'test_bleu'):+.2f}",
                                                 f"{change(res, name, 'val_perplexity'):+.2f}")
         what, (b1, p1), (b0, p0) = PAPER.get(name, ("", (0, 0), (0, 0)))
-        theirs = (what, f"{b1 - b0:+.1f}", f"{p1 - p0:+.2f}") if what else ("", "", "")
-        rows.append(f"| {name} | {v['row']} | {v['change']} | {v['parameters']:,} | "
-                    f"{spread(v['test_bleu'])} | {ours[0]} | {spread(v['val_perplexity'])} | "
-                    f"{ours[1]} | {' | '.join(theirs)} |")
-    return "\n".join(rows)
+        theirs = f"{b1 - b0:+.1f}, {p1 - p0:+.2f}" if what else ""
+        rows.append([name if v["row"] == name else f"{name} ({v['row']})", v["change"], spread(v["test_bleu"]), ours[0],
+                     spread(v["val_perplexity"]), ours[1], theirs])
+    return tables.markdown_table(["variant (row)", "change", "test BLEU", "ΔBLEU",
+                                  "validation perplexity", "Δppl", "the paper: ΔBLEU, Δppl"],
+                                 rows, align="llrrrrr")
 
 
 def outside_base_range(res: dict, name: str, key: str) -> bool:

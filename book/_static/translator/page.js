@@ -193,7 +193,7 @@
           return r.kind === EXPLORER_KIND[k[0]] && r.layer === k[1] + 1 && r.head === k[2] + 1;
         })[0];
         if (rec) {
-          el("p", {}, effect, "The book's head ablation of this head (chapter 10's model, on the " +
+          el("p", {}, effect, "The book's head ablation of this head (chapter 11's model, on the " +
              "validation set): validation loss " + (rec.delta_loss >= 0 ? "+" : "") +
              rec.delta_loss.toFixed(3) + " nats per token, greedy BLEU " + (rec.delta_bleu >= 0 ? "+" : "") +
              rec.delta_bleu.toFixed(2) + ".");

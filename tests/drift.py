@@ -10,7 +10,8 @@ It holds from its line to the end of its section (the next heading of the same o
 level), so a comment under the title names sources for the whole page and one under a section
 heading for that section; where several hold, a number may come from any of them. A source is
 
-* a notebook: its code cells' stored outputs (text/plain and streams; what the chapter printed)
+* a notebook: its code cells' stored outputs (streams, text/plain and the rendered tables'
+  text/markdown: what the chapter showed)
   and its code (the settings a chapter chose, and its guard cells' asserts);
 * a JSON file (results/**): every number in it, also the numbers inside its strings;
 * any other text file (a workflow, requirements.txt, a module of the package): the numbers in it,
@@ -201,8 +202,10 @@ def notebook_source_text(nb: dict) -> str:
         for o in cell.get("outputs", []):
             if o["output_type"] == "stream" and o.get("name") == "stdout":
                 parts.append("".join(o["text"]))
-            elif "text/plain" in o.get("data", {}):
-                parts.append("".join(o["data"]["text/plain"]))
+            else:     # a rendered table (attnbook.tables) is text/markdown, a repr text/plain
+                for kind in ("text/markdown", "text/plain"):
+                    if kind in o.get("data", {}):
+                        parts.append("".join(o["data"][kind]))
     return "\n".join(parts)
 
 

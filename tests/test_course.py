@@ -61,3 +61,22 @@ def test_the_committed_times_back_the_teachers_page():
         nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
         assert [e["label"] for e in r["exercises"]] == exercise_labels(nb), name
     assert res.calls[0].threads == 1
+
+
+def test_the_teachers_page_reads_the_prose_as_it_is():
+    """The reading times of course.json are within a minute of the notebooks' prose as it is
+    now (a larger edit asks for `python -m attnbook run course` again), and book/teachers.md
+    shows course.json's reading and running times."""
+    from attnbook.book.course import WORDS_PER_MINUTE, prose_words
+    from attnbook.store import ROOT, load
+    rows = {r["notebook"]: r for r in load("cpu/course.json")["notebooks"]}
+    page = (ROOT / "book" / "teachers.md").read_text(encoding="utf-8")
+    for name, r in rows.items():
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        now = prose_words(nb) / WORDS_PER_MINUTE
+        assert abs(now - r["reading_minutes"]) <= 1, (name, round(now, 1), r["reading_minutes"])
+        line = next(l for l in page.splitlines() if f"<../notebooks/{name}>" in l)
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        seconds = r["run_seconds"]
+        shown = f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+        assert cells[1:3] == [f"{r['reading_minutes']} min", shown], (name, cells)

@@ -432,7 +432,8 @@ def width_like(n_params: int, step: int = 16) -> int:
     output layer (chapter 10's GRU of the Transformer's size: the Transformer's output layer is
     its embedding, so neither count includes one). The count does not depend on the vocabulary."""
     def inside(d: int) -> int:
-        m = Seq2Seq(2, d, attention=True)
+        with torch.device("meta"):        # shapes only: no memory, no initialisation
+            m = Seq2Seq(2, d, attention=True)
         return sum(p.numel() for n, p in m.named_parameters()
                    if "embed" not in n and not n.startswith("decoder.out"))
     return min(range(step, 64 * step + 1, step), key=lambda d: abs(inside(d) - n_params))

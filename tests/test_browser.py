@@ -20,6 +20,7 @@ skipped, except in CI (CI=true), where it fails.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import json
@@ -155,20 +156,28 @@ def html_dir(browser, tmp_path_factory) -> Path:
     return out / "_build" / "html"
 
 
-@pytest.fixture(scope="session")
-def site(html_dir):
-    """The base URL of the built book, served by a local web server on 127.0.0.1."""
+@contextlib.contextmanager
+def serve(directory: Path):
+    """A local web server on 127.0.0.1 for ``directory``; yields its base URL."""
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
-    handler = functools.partial(Quiet, directory=str(html_dir))
+    handler = functools.partial(Quiet, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def site(html_dir):
+    """The base URL of the built book, served by a local web server on 127.0.0.1."""
+    with serve(html_dir) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -833,22 +842,12 @@ def test_the_checks_catch_a_planted_raw_table_wide_results_and_a_console_error(b
         <script>const x = 1;</script><script>const x = 2;</script>
         </body></html>""")
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        v = Visit(browser, f"http://127.0.0.1:{server.server_address[1]}/planted.html")
+    with serve(tmp_path) as url:
+        v = Visit(browser, url + "planted.html")
         raw = v.page.evaluate(RAW_TABLES)
         kinds = sorted(w["kind"] for w in v.page.evaluate(WIDE_RESULTS))
         problems = list(v.problems)
         v.close()
-    finally:
-        server.shutdown()
-        server.server_close()
     assert raw and "|---|" in raw[0].replace(" ", "")
     assert kinds == ["printed table", "table"]
     assert any("has already been declared" in p for p in problems), problems

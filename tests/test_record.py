@@ -1,11 +1,8 @@
 """attnbook.record, the provenance of every result: the record of a call, and the commit its
 code came from (git's, or a recorded one where a copy of the repository has a stale .git or
 none)."""
-import re
-
 from attnbook import record
-
-HEX40 = re.compile(r"[0-9a-f]{40}")
+from attnbook.store import HEX40
 
 
 def test_record_measures_the_call():

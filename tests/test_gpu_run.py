@@ -186,14 +186,16 @@ def test_the_candidates_are_what_the_plan_says():
     assert {m for m, _ in gpu_run.CANDIDATES.values()} == {"transformer", "gru-additive"}
 
 
-def test_command_line_errors_are_one_line(tmp_path):
+def test_command_line_errors_are_one_line(tmp_path, capsys):
     for argv in (["--out", str(tmp_path), "--collect", str(tmp_path)], [],
                  ["--collect", str(tmp_path / "none")], ["--out", str(tmp_path), "--only", "x"]):
-        run = subprocess.run([sys.executable, "-m", "attnbook.experiments.gpu_run", *argv],
-                             capture_output=True, text=True, timeout=60)
-        assert run.returncode == 2, argv
-        lines = run.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), (argv, run.stderr)
+        try:
+            code = gpu_run.main(argv)
+        except SystemExit as e:             # argparse's own errors
+            code = e.code
+        assert code == 2, argv
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (argv, lines)
 
 
 def test_prepare_data_copies_the_checked_files_and_the_commit(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 it and within its seeds' spread elsewhere; printed numbers within a cell's stated tolerance; and
 nbval, through conftest.py, applying both to a notebook."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,7 +120,7 @@ def test_a_cell_with_a_tolerance_states_it_and_why():
                 assert "NBVAL_IGNORE_OUTPUT" not in cell.source, (path.name, cell.source[:60])
 
 
-def planted(folder: Path, printed: str, made_with: dict) -> Path:
+def planted(path: Path, printed: str, made_with: dict) -> Path:
     """A one-cell notebook that prints 0.55, committed as printing ``printed``, with the
     tolerance 0.1, its outputs made with ``made_with``."""
     nb = nbformat.v4.new_notebook()
@@ -130,27 +131,33 @@ def planted(folder: Path, printed: str, made_with: dict) -> Path:
     nb.cells = [cell]
     nb.metadata["attnbook"] = {"outputs_made_with": made_with}
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    path = folder / "planted.ipynb"
     nbformat.write(nb, path)
     return path
 
 
-@pytest.mark.parametrize("printed,made_with,passes", [
+PLANTED = [  # (committed output, the arithmetic that made it, whether nbval passes it here)
     ("probability of the right token: 0.55\n", arithmetic(), True),     # the same output
     ("probability of the right token: 0.60\n", arithmetic(), False),    # here: exact
     ("probability of the right token: 0.60\n", ELSEWHERE, True),        # elsewhere: within 0.1
     ("probability of the right token: 0.70\n", ELSEWHERE, False),       # beyond it: a change
     ("chance of the right token: 0.55\n", ELSEWHERE, False),            # other text
-])
-def test_nbval_compares_printed_numbers_by_the_arithmetic_that_made_them(tmp_path, printed,
-                                                                          made_with, passes):
-    """conftest.py, through nbval, on a planted notebook whose committed output differs."""
-    path = planted(tmp_path, printed, made_with)
+]
+
+
+def test_nbval_compares_printed_numbers_by_the_arithmetic_that_made_them(tmp_path):
+    """conftest.py, through nbval, on planted notebooks whose committed outputs differ: one
+    pytest run over all of them, each notebook's verdict read from its report line."""
+    paths = [planted(tmp_path / f"planted{i}.ipynb", printed, made_with)
+             for i, (printed, made_with, _) in enumerate(PLANTED)]
     done = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env",
-                           "-p", "conftest", "-q", "-c", str(ROOT / "pyproject.toml"),
-                           "--rootdir", str(tmp_path), str(path)], capture_output=True,
+                           "-p", "conftest", "-q", "-rA", "-c", str(ROOT / "pyproject.toml"),
+                           "--rootdir", str(tmp_path), *map(str, paths)], capture_output=True,
                           text=True, cwd=ROOT, timeout=300)     # conftest.py: ROOT's, as a plugin
-    assert (done.returncode == 0) == passes, done.stdout[-3000:]
-    if not passes and made_with == ELSEWHERE and "0.70" in printed:
-        assert "differ by more than the tolerance 0.1" in done.stdout
-        assert "a test's stated band" in done.stdout
+    verdicts = {name: verdict for verdict, name in
+                re.findall(r"^(PASSED|FAILED) \S*?(planted\d)\.ipynb::", done.stdout, re.M)}
+    for i, (printed, made_with, passes) in enumerate(PLANTED):
+        assert verdicts.get(f"planted{i}") == ("PASSED" if passes else "FAILED"), \
+            (printed, made_with, done.stdout[-3000:])
+    report = done.stdout                        # the failures' reports come in the planted order
+    beyond = report[report.index("planted3.ipynb::"):report.index("planted4.ipynb::")]  # 0.70
+    assert "differ by more than the tolerance 0.1" in beyond and "a test's stated band" in beyond

@@ -1,4 +1,5 @@
 """Training: the schedule, the loss, exact resumption after an interruption, and the commands."""
+import io
 import json
 import math
 import os
@@ -165,8 +166,23 @@ def test_checkpoints_load_with_weights_only(tmp_path):
         load_checkpoint(path)
 
 
+def command(main, argv, capsys, monkeypatch, stdin=""):
+    """A command run in this process, as ``python -m`` runs it: (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    try:
+        code = main(argv)
+    except SystemExit as e:                 # argparse's own errors
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @needs_data
-def test_train_and_translate_commands(tmp_path):
+def test_train_and_translate_commands(tmp_path, capsys, monkeypatch):
+    """The two commands as a reader runs them (``python -m``), then the translator's and the
+    evaluator's answers to bad input, run in this process."""
+    from attnbook.commands.evaluate import main as evaluate
+    from attnbook.commands.translate import main as translate
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     done = subprocess.run([sys.executable, "-m", "attnbook.commands.train", "--preset", "smoke", "--out",
@@ -180,22 +196,20 @@ def test_train_and_translate_commands(tmp_path):
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(out.stdout.splitlines()) == 2
-    bad = subprocess.run([sys.executable, "-m", "attnbook.commands.translate", str(run), "--device", "cpu"],
-                         input="Ein Hund.\n\n", capture_output=True, text=True, env=env, timeout=300)
-    assert bad.returncode == 2 and "line(s) [2] are empty" in bad.stderr
-    long = subprocess.run([sys.executable, "-m", "attnbook.commands.translate", str(run), "--device", "cpu"],
-                          input="Ein Hund.\n" + "Ein Hund rennt. " * 200 + "\n",
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert long.returncode == 2 and "line(s) [2] have more than 256 tokens" in long.stderr
-    missing = subprocess.run([sys.executable, "-m", "attnbook.commands.translate", str(tmp_path / "nope")],
-                             input="Ein Hund.\n", capture_output=True, text=True, env=env)
-    assert missing.returncode == 2 and "is not a run folder" in missing.stderr
-    ev = subprocess.run([sys.executable, "-m", "attnbook.commands.evaluate", str(run), "--beam", "1",
-                         "--sentences", "8", "--split", "val", "--device", "cpu",
-                         "--save", str(tmp_path / "hyps.txt")],
-                        capture_output=True, text=True, env=env, timeout=300)
-    assert ev.returncode == 0, ev.stderr[-2000:]
-    report = json.loads(ev.stdout)
+    code, _, err = command(translate, [str(run), "--device", "cpu"], capsys, monkeypatch,
+                           stdin="Ein Hund.\n\n")
+    assert code == 2 and "line(s) [2] are empty" in err
+    code, _, err = command(translate, [str(run), "--device", "cpu"], capsys, monkeypatch,
+                           stdin="Ein Hund.\n" + "Ein Hund rennt. " * 200 + "\n")
+    assert code == 2 and "line(s) [2] have more than 256 tokens" in err
+    code, _, err = command(translate, [str(tmp_path / "nope")], capsys, monkeypatch,
+                           stdin="Ein Hund.\n")
+    assert code == 2 and "is not a run folder" in err
+    code, out, err = command(evaluate, [str(run), "--beam", "1", "--sentences", "8", "--split",
+                                        "val", "--device", "cpu", "--save",
+                                        str(tmp_path / "hyps.txt")], capsys, monkeypatch)
+    assert code == 0, err[-2000:]
+    report = json.loads(out)
     assert report["sentences"] == 8 and report["split"] == "val" and 0 <= report["bleu"] <= 100
     assert "tok:13a" in report["signature"]
     assert len((tmp_path / "hyps.txt").read_text().splitlines()) == 8
@@ -208,11 +222,11 @@ def test_train_and_translate_commands(tmp_path):
     (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
     (["--model", "lstm"], "invalid choice: 'lstm'"),
 ])
-def test_train_command_rejects_bad_arguments(tmp_path, args, message):
-    done = subprocess.run([sys.executable, "-m", "attnbook.commands.train", "--preset", "smoke", "--out",
-                           str(tmp_path / "run"), *args], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 2 and message in done.stderr, done.stderr[-1000:]
+def test_train_command_rejects_bad_arguments(tmp_path, capsys, monkeypatch, args, message):
+    from attnbook.commands.train import main
+    code, _, err = command(main, ["--preset", "smoke", "--out", str(tmp_path / "run"), *args],
+                           capsys, monkeypatch)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err[-1000:]
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 

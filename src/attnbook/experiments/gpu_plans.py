@@ -77,7 +77,7 @@ FULL = Plan("full", "cuda", "gpu-base", CANDIDATES, train_seconds=180, eval_ever
                     "bench-decoding": 25, "bench-recurrence": 80, "bench-training": 100,
                     "bench-loop": 60},
             compile=False)
-DRY = Plan("dry", "cpu", "smoke", DRY_CANDIDATES, train_seconds=3, eval_every=5, threads=1,
+DRY = Plan("dry", "cpu", "smoke", DRY_CANDIDATES, train_seconds=2, eval_every=5, threads=1,
            test_sentences=16, beam=4, minutes=5,
            limits={"check": 60, "train": 90, "score": 60, "bench-attention": 60,
                    "bench-decoding": 60, "bench-recurrence": 60, "bench-training": 60,
@@ -97,7 +97,7 @@ SEEDS = Plan("seeds", "cuda", "gpu-base", SEEDS_CANDIDATES, train_seconds=180, e
              limits={"check": 30, "train": 240, "score": 150}, compile=False,
              parts=("check", "train", "score"), score_all=True)
 DRY_SEEDS = replace(DRY, name="dry-seeds", candidates=DRY_SEEDS_CANDIDATES,
-                    parts=("check", "train", "score"), score_all=True)
+                    parts=("check", "train", "score"), score_all=True, train_seconds=1)
 
 # Each family alone on the GPU for the same minutes (issue 38's fair verdict on the clock): the
 # Transformer, GRU + additive attention, ConvS2S and decoder-only, one seed a call (a call holds

@@ -48,9 +48,13 @@ vendor: $(STAMP)
 # One thread per process: the two pytest workers, their notebook kernels and the commands the
 # tests start share two cores, and PyTorch's OpenMP threads spin-wait when the cores are
 # oversubscribed (chapter 6 took 5 minutes instead of 10 s). The stored outputs were executed
-# with one thread too.
+# with one thread too. A command that a test runs with two threads (as its result was made)
+# waits passively (OMP_WAIT_POLICY): spinning beside the other worker, the speedrun's tiny test
+# took 101 s instead of 22. Neither setting changes a number.
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+
 test: $(STAMP) vendor
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
+	$(TEST_ENV) $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
 	    -p no:cacheprovider -q -ra --durations=15
 
@@ -67,7 +71,7 @@ PORTABLE_TESTS := notebooks tests/test_toy_seeds.py tests/test_explorer.py tests
 	tests/test_live.py tests/test_reproduce.py
 
 test-portable: $(STAMP)
-	$(PORTABLE) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest $(PORTABLE_TESTS) --nbval \
+	$(PORTABLE) $(TEST_ENV) $(PY) -m pytest $(PORTABLE_TESTS) --nbval \
 	    --nbval-current-env -n 2 --dist loadscope --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	    --nbval-cell-timeout 900 -p no:cacheprovider -q -ra --durations=5
 

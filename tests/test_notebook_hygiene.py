@@ -11,17 +11,24 @@ Fast, no kernel and no browser: reads notebooks/*.ipynb and fails on
 * paths of the machine that ran the notebook (/work/..., /home/..., /tmp/..., /Users/..., /root/...,
   C:\\Users\\...) in any output, tracebacks and warnings included;
 * tracebacks (an error output, or "Traceback (most recent call last)" in a stream or text) except
-  in cells tagged `raises-exception` (nbval's tag for a cell that must raise).
+  in cells tagged `raises-exception` (nbval's tag for a cell that must raise);
+* figures too wide to read: a PNG wider than ``attnbook.plotting.PAGE_WIDTH`` at the style's
+  100 dpi (and the few pixels a tight bounding box adds), which the page shrinks until its tick
+  labels are smaller than 9 px.
 
 The browser test (tests/test_browser.py) bounds the height of each rendered page and output.
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
+import struct
 from pathlib import Path
 
 import pytest
+
+from attnbook.plotting import PAGE_WIDTH
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -151,8 +158,25 @@ def tracebacks(path: Path) -> list[str]:
     return problems
 
 
+MAX_FIGURE_PX = round(PAGE_WIDTH * 100) + 40      # 100 dpi, and a tight bounding box's margin
+
+
+def wide_figures(path: Path) -> list[str]:
+    problems = []
+    for i, _, outputs in code_cells(path):
+        for o in outputs:
+            png = o.get("data", {}).get("image/png")
+            if png:
+                width, height = struct.unpack(">II", base64.b64decode(text_of(png))[16:24])
+                if width > MAX_FIGURE_PX:
+                    problems.append(f"cell {i}: a figure {width} px wide (at most {MAX_FIGURE_PX}): "
+                                    f"give it figsize=(PAGE_WIDTH, ...) from attnbook.plotting, "
+                                    "or put its panels in rows")
+    return problems
+
+
 CHECKS = {"spam": spam, "progress": progress_bars, "paths": machine_paths,
-          "tracebacks": tracebacks}
+          "tracebacks": tracebacks, "figures": wide_figures}
 
 
 def cases():
@@ -193,6 +217,12 @@ def stream(text: str, name: str = "stdout") -> dict:
     return {"output_type": "stream", "name": name, "text": text}
 
 
+def png(width: int, height: int) -> str:
+    """A PNG's first bytes (its signature and header), base64 as a notebook stores it."""
+    head = b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", width, height)
+    return base64.b64encode(head + b"\x08\x06\x00\x00\x00").decode()
+
+
 TQDM = "\r  0%|          | 0/300 [00:00<?, ?it/s]\r 45%|####5     | 135/300 [00:10<00:12, 13.2it/s]"
 
 
@@ -214,6 +244,8 @@ TQDM = "\r  0%|          | 0/300 [00:00<?, ?it/s]\r 45%|####5     | 135/300 [00:
     ([{"output_type": "error", "ename": "ValueError", "evalue": "no", "traceback": []}],
      "tracebacks"),
     ([stream("Traceback (most recent call last):\n  ...\nKeyError: 1\n", "stderr")], "tracebacks"),
+    ([{"output_type": "display_data", "metadata": {},
+       "data": {"image/png": png(1400, 400), "text/plain": "<Figure>"}}], "figures"),
 ])
 def test_checks_catch(tmp_path, outputs, check):
     assert CHECKS[check](fake_notebook(tmp_path, outputs))
@@ -226,6 +258,8 @@ def test_checks_catch(tmp_path, outputs, check):
     ([{"output_type": "error", "ename": "DataError", "evalue": "unknown split 'dev'",
        "traceback": ["\x1b[31mDataError\x1b[0m: unknown split"]}], (RAISES,)),
     ([stream(f"row {i}\n") for i in range(3)], ()),
+    ([{"output_type": "display_data", "metadata": {},
+       "data": {"image/png": png(MAX_FIGURE_PX, 400), "text/plain": "<Figure>"}}], ()),
 ])
 def test_checks_pass(tmp_path, outputs, tags):
     path = fake_notebook(tmp_path, outputs, tags)

@@ -11,6 +11,11 @@ import numpy as np
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442"]
 SEQUENTIAL_CMAP = "viridis"
 DIVERGING_CMAP = "cividis"
+# The widest figure, in inches at the style's 100 dpi. The book's text column is about 740 px
+# wide at a 1280-px window, so a figure is shrunk by 740 / (100 * width): at 10.8 in, the
+# 10-pt tick labels still show at 9.5 px. Panels side by side share this width (or stack).
+# tests/test_notebook_hygiene.py fails on a committed figure wider than this.
+PAGE_WIDTH = 10.8
 
 
 def use_book_style() -> None:

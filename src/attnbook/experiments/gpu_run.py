@@ -71,7 +71,7 @@ from ..bleu import bleu
 from ..cli import Parser, fail
 from ..data import SPLITS, DataError, locate, load_multi30k
 from ..decoding import translate
-from ..plotting import OKABE_ITO, use_book_style
+from ..plotting import OKABE_ITO, PAGE_WIDTH, use_book_style
 from ..training.recipe import ConfigError, check_config, flatten, override, preset
 from ..training.runs import RunError, load_run
 from ..tokenizer import multi30k_tokenizer
@@ -392,7 +392,7 @@ def plot_candidates(summary: dict, path: Path) -> None:
     """Validation loss against training time and against steps, one line per candidate:
     Transformers solid, GRUs dashed, each family's best drawn thicker."""
     use_book_style()
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    fig = Figure(figsize=(PAGE_WIDTH, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
     best = set(summary["best"].values())
     device = (summary["calls"][0]["extra"]["gpu"] or {}).get("name", summary["plan"]["device"])

@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DECLARE = re.compile(r"<!--\s*numbers-from:\s*(.*?)\s*-->", re.S)
 PRESETS_SOURCE = "attnbook.training.recipe.PRESETS"
+FIGURE_REPR = re.compile(r"<Figure size \d+x\d+ with \d+ Axes>")   # a figure's text/plain
 
 # Definitional numbers: they restate a definition or a fixed fact, not a measurement, and no
 # output prints them. Keep this short; a measured number never belongs here.
@@ -204,8 +205,9 @@ def notebook_source_text(nb: dict) -> str:
                 parts.append("".join(o["text"]))
             else:     # a rendered table (attnbook.tables) is text/markdown, a repr text/plain
                 for kind in ("text/markdown", "text/plain"):
-                    if kind in o.get("data", {}):
-                        parts.append("".join(o["data"][kind]))
+                    text = "".join(o.get("data", {}).get(kind, ""))
+                    if not FIGURE_REPR.fullmatch(text.strip()):   # a size in pixels backs nothing
+                        parts.append(text)
     return "\n".join(parts)
 
 

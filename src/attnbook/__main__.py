@@ -72,15 +72,12 @@ def run_command(argv: list[str]) -> int:
     else:
         runs = [cmd]
     # the records name the command as typed (record), the module's in their extra
-    record.AS_TYPED = shlex.join(["python", "-m", "attnbook", "run", *argv])
-    try:
+    with record.typed_as(shlex.join(["python", "-m", "attnbook", "run", *argv])):
         for one in runs:
             print(f"python -m attnbook.{e.module} {' '.join(one)}", flush=True)
             status = run(e.name, one, out)
             if status:
                 return status
-    finally:
-        record.AS_TYPED = ""
     if out:
         print(f"tiny run written under {out}")
     return 0

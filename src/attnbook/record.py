@@ -26,6 +26,7 @@ import shlex
 import subprocess
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from .utils import versions
 
 ROOT = Path(__file__).resolve().parents[2]       # the repository, when attnbook runs from src/
 COMMIT_FILE = ROOT / ".gpu_data" / "COMMIT"      # a recorded commit (see write_commit)
-AS_TYPED = ""      # set by `python -m attnbook run`: the command as typed, recorded by record()
+_TYPED: ContextVar[str] = ContextVar("typed", default="")     # see typed_as
 
 
 class ProvenanceError(ValueError):
@@ -150,17 +151,29 @@ def command_line(prog: str, argv) -> str:
 
 
 @contextmanager
+def typed_as(command: str):
+    """Within ``with typed_as(cmd):`` every :func:`record` names ``cmd``, the command as the user
+    typed it (``python -m attnbook run NAME ...``), and keeps its own in ``extra["ran"]``."""
+    token = _TYPED.set(command)
+    try:
+        yield
+    finally:
+        _TYPED.reset(token)
+
+
+@contextmanager
 def record(command: str, *, threads: int | None = None, processes: int = 1, note: str = ""):
     """Measure a call: ``with record(cmd, threads=1) as call: ...``; afterwards ``call`` (a
     :class:`Provenance`) has its wall and CPU time (children included) and the load after.
     Under ``python -m attnbook run`` the record's command is that one, as typed, and ``command``
     (the experiment's own command that it ran) is kept in ``extra["ran"]``."""
     commit, dirty = git_commit()
-    call = Provenance(command=AS_TYPED or command, git_commit=commit,
+    typed = _TYPED.get()
+    call = Provenance(command=typed or command, git_commit=commit,
                       date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                       hardware=versions(), threads=threads or torch.get_num_threads(),
                       processes=processes, load_before=_load(), note=note)
-    if AS_TYPED:
+    if typed:
         call.extra["ran"] = command
     if dirty:
         call.extra["uncommitted_changes"] = True    # src/ differed from git_commit

@@ -16,6 +16,7 @@ from attnbook.commands import translate
 from attnbook.cli import UsageError
 from attnbook.training.options import parse_set
 from attnbook.training.runs import RunError, load_checkpoint, load_run
+from commandline import run_main
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 
@@ -306,11 +307,7 @@ def test_every_command_rejects_a_bad_option_in_one_line_with_status_2(name, caps
     module = importlib.import_module(f"attnbook.{name}")
     if not hasattr(module, "main"):                                    # a package's __main__.py
         module = importlib.import_module(f"attnbook.{name}.__main__")
-    try:
-        rc = module.main(["--no-such-option"])
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
+    rc, out, err = run_main(module.main, ["--no-such-option"], capsys)
     assert rc == 2, (rc, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and err.endswith("\n"), err
     assert "--no-such-option" in err or "required" in err, err

@@ -17,6 +17,7 @@ from attnbook.store import figure_provenance, load
 from attnbook import record
 from attnbook.benchmarks.attention import bench_attention
 from attnbook.training.recipe import preset
+from commandline import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -189,12 +190,9 @@ def test_the_candidates_are_what_the_plan_says():
 def test_command_line_errors_are_one_line(tmp_path, capsys):
     for argv in (["--out", str(tmp_path), "--collect", str(tmp_path)], [],
                  ["--collect", str(tmp_path / "none")], ["--out", str(tmp_path), "--only", "x"]):
-        try:
-            code = gpu_run.main(argv)
-        except SystemExit as e:             # argparse's own errors
-            code = e.code
+        code, _, err = run_main(gpu_run.main, argv, capsys)
         assert code == 2, argv
-        lines = capsys.readouterr().err.strip().splitlines()
+        lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (argv, lines)
 
 

@@ -11,6 +11,7 @@ from attnbook import store
 from attnbook.record import Provenance
 from attnbook.__main__ import main
 from attnbook.experiments.registry import EXPERIMENTS
+from commandline import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
@@ -50,11 +51,7 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
 ])
 def test_mistakes_are_one_line(argv, message, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)                     # where results/ is
-    try:
-        status = main(argv)
-    except SystemExit as e:
-        status = e.code
-    err = capsys.readouterr().err
+    status, _, err = run_main(main, argv, capsys)
     assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert message in err, err
 

@@ -1,5 +1,4 @@
 """Training: the schedule, the loss, exact resumption after an interruption, and the commands."""
-import io
 import json
 import math
 import os
@@ -17,6 +16,7 @@ from attnbook.training.recipe import (MODELS, PEAK_LR, PRESETS, build_model, for
 from attnbook.schedules import noam_lr, warmup_cosine, warmup_cosine_scheduler, warmup_lr
 from attnbook.training.runs import load_checkpoint
 from attnbook.commands.train import train
+from commandline import run_main
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"), reason="needs the Multi30k files")
 
@@ -166,17 +166,6 @@ def test_checkpoints_load_with_weights_only(tmp_path):
         load_checkpoint(path)
 
 
-def command(main, argv, capsys, monkeypatch, stdin=""):
-    """A command run in this process, as ``python -m`` runs it: (exit status, stdout, stderr)."""
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
-    try:
-        code = main(argv)
-    except SystemExit as e:                 # argparse's own errors
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @needs_data
 def test_train_and_translate_commands(tmp_path, capsys, monkeypatch):
     """The two commands as a reader runs them (``python -m``), then the translator's and the
@@ -196,18 +185,18 @@ def test_train_and_translate_commands(tmp_path, capsys, monkeypatch):
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(out.stdout.splitlines()) == 2
-    code, _, err = command(translate, [str(run), "--device", "cpu"], capsys, monkeypatch,
-                           stdin="Ein Hund.\n\n")
+    code, _, err = run_main(translate, [str(run), "--device", "cpu"], capsys, monkeypatch,
+                            stdin="Ein Hund.\n\n")
     assert code == 2 and "line(s) [2] are empty" in err
-    code, _, err = command(translate, [str(run), "--device", "cpu"], capsys, monkeypatch,
-                           stdin="Ein Hund.\n" + "Ein Hund rennt. " * 200 + "\n")
+    code, _, err = run_main(translate, [str(run), "--device", "cpu"], capsys, monkeypatch,
+                            stdin="Ein Hund.\n" + "Ein Hund rennt. " * 200 + "\n")
     assert code == 2 and "line(s) [2] have more than 256 tokens" in err
-    code, _, err = command(translate, [str(tmp_path / "nope")], capsys, monkeypatch,
-                           stdin="Ein Hund.\n")
+    code, _, err = run_main(translate, [str(tmp_path / "nope")], capsys, monkeypatch,
+                            stdin="Ein Hund.\n")
     assert code == 2 and "is not a run folder" in err
-    code, out, err = command(evaluate, [str(run), "--beam", "1", "--sentences", "8", "--split",
-                                        "val", "--device", "cpu", "--save",
-                                        str(tmp_path / "hyps.txt")], capsys, monkeypatch)
+    code, out, err = run_main(evaluate, [str(run), "--beam", "1", "--sentences", "8", "--split",
+                                         "val", "--device", "cpu", "--save",
+                                         str(tmp_path / "hyps.txt")], capsys)
     assert code == 0, err[-2000:]
     report = json.loads(out)
     assert report["sentences"] == 8 and report["split"] == "val" and 0 <= report["bleu"] <= 100
@@ -222,10 +211,10 @@ def test_train_and_translate_commands(tmp_path, capsys, monkeypatch):
     (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"], "device"),
     (["--model", "lstm"], "invalid choice: 'lstm'"),
 ])
-def test_train_command_rejects_bad_arguments(tmp_path, capsys, monkeypatch, args, message):
+def test_train_command_rejects_bad_arguments(tmp_path, capsys, args, message):
     from attnbook.commands.train import main
-    code, _, err = command(main, ["--preset", "smoke", "--out", str(tmp_path / "run"), *args],
-                           capsys, monkeypatch)
+    code, _, err = run_main(main, ["--preset", "smoke", "--out", str(tmp_path / "run"), *args],
+                            capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err[-1000:]
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 

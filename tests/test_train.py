@@ -71,6 +71,14 @@ def test_resuming_after_an_interruption_gives_exactly_the_same_model(tmp_path):
     b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert resumed["val_loss"] == straight["val_loss"] and resumed["steps"] == 8
+    # the metrics' validation loss is the final weights' (reused from the last evaluation)
+    from attnbook.training.loop import prepare_data, validation_loss
+    model = build_model(cfg)
+    model.load_state_dict(a)
+    log = [json.loads(line) for line in (tmp_path / "a" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == [3, 6, 8]
+    assert straight["val_loss"] == log[-1]["val_loss"] == \
+        validation_loss(model, prepare_data(cfg).val, torch.device("cpu"))
     assert straight["test_set"].startswith("test_2016_flickr (4 of 1000")
     assert "tok:13a" in straight["bleu_signature"] and "case:mixed" in straight["bleu_signature"]
     with pytest.raises(ValueError, match="another configuration"):

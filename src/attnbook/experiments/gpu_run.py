@@ -66,6 +66,7 @@ from matplotlib.figure import Figure
 from .. import store
 from ..record import COMMIT_FILE, Provenance, git_commit, record, write_commit
 from .scoring import paired_bootstrap
+from .sweeps import TINY_VAL_SENTENCES
 from ..benchmarks.suite import save_plot
 from ..bleu import bleu
 from ..cli import Parser, fail
@@ -91,10 +92,12 @@ from .gpu_plans import (BENCH_PARTS, CANDIDATES, DRY, DRY_CANDIDATES, DRY_SEEDS,
 
 def candidate_config(plan: Plan, name: str):
     """The TrainConfig of candidate ``name``: the base preset with its changes, trained for
-    ``plan.train_seconds`` (max_steps out of reach), evaluated every ``plan.eval_every`` steps."""
+    ``plan.train_seconds`` (max_steps out of reach), evaluated every ``plan.eval_every`` steps
+    (a dry run's on the first TINY_VAL_SENTENCES validation sentences)."""
     model, changes = plan.candidates[name]
     cfg = override(preset(plan.preset, model), **changes, max_steps=10 ** 6,
                    time_budget_s=plan.train_seconds, eval_every=plan.eval_every,
+                   val_sentences=TINY_VAL_SENTENCES if plan.dry else 0,
                    compile=plan.compile and plan.device == "cuda" and model != "gru-additive")
     check_config(cfg)
     return cfg

@@ -35,10 +35,14 @@ def run_name(cfg) -> str:
     return f"{cfg.model}_lr{cfg.peak_lr:g}_seed{cfg.seed}_steps{cfg.max_steps}"
 
 
+TINY_VAL_SENTENCES = 64
+
+
 def tiny_run(cfg, steps: int):
-    """``cfg`` cut to ``steps`` steps, without snapshots (the tests' tiny run of a long preset)."""
+    """``cfg`` cut to ``steps`` steps, without snapshots, its validation loss on the first
+    TINY_VAL_SENTENCES sentences (the tests' tiny run of a long preset)."""
     return replace(cfg, max_steps=steps, warmup=min(cfg.warmup, steps), eval_every=steps,
-                   snapshot_steps=())
+                   snapshot_steps=(), val_sentences=TINY_VAL_SENTENCES)
 
 
 def _train_one(job):

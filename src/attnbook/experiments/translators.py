@@ -247,7 +247,8 @@ def parser() -> Parser:
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
     p.add_argument("--reuse", type=Path, help="board: the sweep's runs folder, to continue its runs")
     p.add_argument("--sentences", type=int, default=0,
-                   help="score on the first N sentences only (0 = all; the tests use a few)")
+                   help="score and validate on the first N sentences only (0 = all; the "
+                        "tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
     p.add_argument("--peak-lrs", nargs="+", type=float, help="sweep: these peak learning rates "
                    "instead of each model's SWEEP_LRS (a sweep at another preset)")
@@ -344,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse,
                           args.max_steps)
+    if args.sentences:        # the training's validation loss too (the tests' tiny runs)
+        jobs = [(replace(cfg, val_sentences=args.sentences), folder) for cfg, folder in jobs]
     # the call's provenance (attnbook.store); each run's own threads are the call's threads
     with record(command_line("attnbook.experiments.translators", argv), threads=args.threads,
                       processes=args.jobs, note=args.note) as call:

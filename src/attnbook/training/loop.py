@@ -36,8 +36,8 @@ from ..rnn import Seq2Seq
 from .runs import check_resumable, load_checkpoint, save_checkpoint, trim_log
 from ..schedules import training_scheduler
 from ..tokenizer import Tokenizer, multi30k_tokenizer
-from ..utils import (Precision, choose_precision, count_parameters, deterministic, get_device,
-                    versions)
+from ..utils import (Precision, choose_precision, compile_model, count_parameters, deterministic,
+                    get_device, versions)
 
 
 @dataclass
@@ -76,6 +76,8 @@ def prepare_data(cfg: TrainConfig, data_dir=None) -> Data:
     src, tgt = encode("train")
     train = TranslationBatches(src, tgt, cfg.max_tokens, shuffle=True, seed=cfg.seed)
     vsrc, vtgt = encode("val")
+    if cfg.val_sentences:                       # the tests' tiny runs: the first few only
+        vsrc, vtgt = vsrc[:cfg.val_sentences], vtgt[:cfg.val_sentences]
     val = TranslationBatches(vsrc, vtgt, cfg.max_tokens, shuffle=False)
     test_pairs = load_multi30k("test_2016_flickr", cfg.src_lang, cfg.tgt_lang, data_dir)
     return Data(tok, train, val, test_pairs)
@@ -159,6 +161,7 @@ class Run:
     tokens_seen: int = 0
     elapsed: float = 0.0
     start: float = 0.0
+    last_val: tuple | None = None  # (step, validation loss) of the latest evaluation
 
     @property
     def main_rank(self) -> bool:
@@ -226,7 +229,7 @@ def wrap(run: Run) -> tuple[torch.nn.Module, bool]:
     # would recompile at nearly every batch (until dynamo gives up after 8 and runs them eager).
     compiled = run.cfg.compile and not isinstance(run.model, Seq2Seq)
     if compiled:
-        fwd = torch.compile(fwd, dynamic=True)
+        fwd = compile_model(fwd, dynamic=True)
     return fwd, compiled
 
 
@@ -332,6 +335,7 @@ def evaluate_and_save(run: Run, loss: torch.Tensor, log, bar=None, on_eval=None)
     run.elapsed += time.perf_counter() - run.start
     if run.main_rank:
         val = validation_loss(run.model, run.data.val, run.device)
+        run.last_val = (run.step, val)
         probe = run.data.val.batch(run.data.val.epoch_groups(0)[0]).to(run.device)
         line = {"step": run.step, "epoch": run.epoch, "train_loss": loss.item(), "val_loss": val,
                 "elapsed_s": run.elapsed, "attention_entropy": attention_entropy(run.model, probe)}
@@ -352,12 +356,18 @@ def finish(run: Run, evaluate: bool = True) -> dict:
     if ``evaluate``, the test BLEU of beam search; written to ``metrics.json`` (and the
     hypotheses to ``test_hypotheses.txt``)."""
     cfg, data, model, device = run.cfg, run.data, run.model, run.device
+    # the run's last step was evaluated (train evaluates the step that ends it): the same
+    # weights on the same batches, so the same number, without a second pass
+    if run.last_val is not None and run.last_val[0] == run.step:
+        val = run.last_val[1]
+    else:
+        val = validation_loss(model, data.val, device)
     metrics = {
         "preset": cfg.preset, "config": asdict(cfg), "parameters": count_parameters(model),
         "steps": run.step, "epochs": run.epoch + run.next_batch / max(1, len(data.train)),
         "train_tokens": run.tokens_seen, "train_time_s": round(run.elapsed, 1),
         "tokens_per_s": round(run.tokens_seen / max(run.elapsed, 1e-9), 1),
-        "val_loss": validation_loss(model, data.val, device),
+        "val_loss": val,
         "device": str(device), "precision": run.precision.name,
         "precision_reason": run.precision.reason, "compiled": run.compiled,
         "threads": torch.get_num_threads(), "processes": run.world,

@@ -60,6 +60,8 @@ class TrainConfig:
     beam_size: int = 4
     length_alpha: float = 0.6
     eval_sentences: int = 0       # test sentences to translate for BLEU; 0 = all 1,000
+    val_sentences: int = 0        # validation sentences for the loss; 0 = all 1,014 (the tests'
+                                  # tiny runs use a few: experiments.sweeps.tiny_run)
     time_budget_s: float = 0      # stop training after this many seconds (0: run max_steps)
     accum_steps: int = 1          # batches per process and optimiser step (gradient accumulation)
     precision: str = "auto"       # auto | fp32 | bf16 | fp16 (utils.choose_precision)
@@ -243,7 +245,7 @@ def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
 SCHEDULES = ("inverse-sqrt", "cosine")
 POSITIVE = ("vocab_size", "d_model", "h", "d_ff", "n_layers", "max_len", "max_tokens",
             "max_steps", "warmup", "eval_every", "beam_size", "accum_steps")
-NON_NEGATIVE = ("seed", "clip", "eval_sentences", "time_budget_s", "length_alpha", "learned_std",
+NON_NEGATIVE = ("seed", "clip", "eval_sentences", "val_sentences", "time_budget_s", "length_alpha", "learned_std",
                 "d_k")
 
 
@@ -310,6 +312,7 @@ def upgrade_config(d: dict) -> dict:
     if "bf16" in d:
         d.setdefault("precision", "auto" if d.pop("bf16") else "fp32")
     d.setdefault("schedule", "inverse-sqrt")             # runs saved before it could be chosen
+    d.setdefault("val_sentences", 0)                     # ... before it could be cut (all)
     if "arch" not in d:
         d["arch"] = {**FLAT_DEFAULTS, **{k: d.pop(k) for k in ARCH_FIELDS if k in d}}
     return d

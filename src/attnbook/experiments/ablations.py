@@ -33,7 +33,7 @@ from ..cli import Parser, fail
 from ..training.options import add_common
 from ..data import load_multi30k
 from ..decoding import translate
-from .sweeps import (SNAPSHOTS, open_run, run_name, score_all, summarise,
+from .sweeps import (SNAPSHOTS, TINY_VAL_SENTENCES, open_run, run_name, score_all, summarise,
                      train_all)
 from ..training.recipe import override, preset
 from ..utils import get_device
@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=0,
                    help="score on the first N test sentences only (0 = all; the tests use a few)")
     p.add_argument("--steps", type=int, default=0,
-                   help="train this many steps instead of the preset's (the tests use a few)")
+                   help="train this many steps instead of the preset's, validating on the first "
+                        f"{TINY_VAL_SENTENCES} sentences (the tests use a few)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
     p.add_argument("--merge", action="store_true",
                    help="add these variants to the existing ablations.json instead of replacing it")
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 "results, which must not name folders of the machine that made them)")
     jobs = variant_jobs(args.variants, args.seeds, args.out)
     if args.steps:
-        jobs = [(n, replace(c, max_steps=args.steps, snapshot_steps=(), eval_every=args.steps),
+        jobs = [(n, replace(c, max_steps=args.steps, snapshot_steps=(), eval_every=args.steps,
+                            val_sentences=TINY_VAL_SENTENCES),
                  f.parent / f"{f.name}_test{args.steps}") for n, c, f in jobs]
     test_set = load_multi30k("test_2016_flickr", data_dir=args.data_dir)[:args.sentences or None]
     test_set = f"test_2016_flickr ({len(test_set)} sentences)"

@@ -302,6 +302,7 @@ def test_the_committed_data_regenerate_from_the_stored_model(name, path):
     data = json.loads(json.dumps(explorer.explore(None, stored=name)))        # as written
     assert data["meta"]["run"] == committed["meta"]["run"] == f"stored model {name}"
     assert data["meta"]["made_with"] == arithmetic()
+    assert data["meta"]["weights_of"] == committed["meta"]["weights_of"]     # the page says which
     if committed["meta"]["made_with"] == arithmetic():
         assert data["sentences"] == committed["sentences"]
         return

@@ -93,7 +93,7 @@ PRESETS = {
     # a few minutes on a laptop CPU: a small model that learns real (if rough) translations.
     # No dropout: in its 1,200 steps (4.7 epochs: results/cpu/cpu_tiny_transformer_2threads.json)
     # this small model has had little chance to over-fit, and dropout only slows its learning
-    # (it costs BLEU in chapter 9's dropout ablation, results/cpu/ablations.json).
+    # (it costs BLEU in chapter 10's dropout ablation, results/cpu/ablations.json).
     "cpu-tiny": TrainConfig(preset="cpu-tiny",
                             arch=TransformerConfig(vocab_size=4000, d_model=128, h=4, d_ff=256,
                                                    n_layers=2, dropout=0.0, max_len=512),
@@ -141,7 +141,7 @@ PRESETS = {
 
 
 # Each model's peak learning rate, per preset. cpu-tiny's come from chapter 10's sweep, chosen
-# by validation loss (results/cpu/sweep.json); cpu-base's Transformer from chapter 9's candidate
+# by validation loss (results/cpu/sweep.json); cpu-base's Transformer from chapter 11's candidate
 # search (results/cpu/cpu_base.json) and its GRU + additive from a sweep of its own
 # (results/cpu/sweep_base.json; the other cpu-base rates are unswept); gpu-base's Transformer
 # uses the peak that the paper's formula gives d_model 512 with 2,000 warm-up steps

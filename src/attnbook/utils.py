@@ -32,8 +32,9 @@ def deterministic(seed: int = 0) -> None:
     mode = os.environ.get("ATTNBOOK_DETERMINISM", "strict")
     if mode not in ("strict", "warn"):
         raise ValueError(f"ATTNBOOK_DETERMINISM={mode!r}: use strict (the default) or warn")
-    # torch.use_deterministic_algorithms(True) would also set the compiler's flag, and importing
-    # the compiler to do so takes a second in every process; the kernels' flag is set here, the
+    # torch.use_deterministic_algorithms(True) would also set the compiler's flag, which imports
+    # the compiler: a second that a process which only translates or measures need not spend
+    # (one that builds an optimiser imports it anyway). The kernels' flag is set here, the
     # compiler's by compile_model, in the processes that compile.
     torch._C._set_deterministic_algorithms(True, warn_only=mode == "warn")
     torch.backends.cudnn.benchmark = False

@@ -245,8 +245,8 @@ def forward_logits(model: torch.nn.Module, b) -> torch.Tensor:
 SCHEDULES = ("inverse-sqrt", "cosine")
 POSITIVE = ("vocab_size", "d_model", "h", "d_ff", "n_layers", "max_len", "max_tokens",
             "max_steps", "warmup", "eval_every", "beam_size", "accum_steps")
-NON_NEGATIVE = ("seed", "clip", "eval_sentences", "val_sentences", "time_budget_s", "length_alpha", "learned_std",
-                "d_k")
+NON_NEGATIVE = ("seed", "clip", "eval_sentences", "val_sentences", "time_budget_s", "length_alpha",
+                "learned_std", "d_k")
 
 
 def check_config(cfg: TrainConfig, name=lambda field: field) -> None:

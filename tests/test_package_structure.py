@@ -136,7 +136,7 @@ FLOORS = [
     ("foundation", {"attnbook", "utils", "cli", "record", "store", "plotting", "tables", "bench"}),
     ("library", {"data", "tokenizer", "batching", "loop", "schedules", "attention", "rnn",
                  "reproduce", "toy", "tasks", "mha", "positional", "transformer", "conv", "lm",
-                 "beyond", "ssm", "decoding", "bleu", "torch_twins"}),
+                 "beyond", "ssm", "recall", "decoding", "bleu", "torch_twins"}),
     ("training", {"training"}),
     ("benchmarks", {"benchmarks"}),
     ("experiments", {"experiments"}),

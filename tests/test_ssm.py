@@ -3,7 +3,7 @@ scan, a parallel scan and an attention-like matrix, each form checked equal to t
 import pytest
 import torch
 
-from attnbook.ssm import (SelectiveSSM, combine, discretize, lti_chunked, lti_convolution,
+from attnbook.ssm import (LTISSM, SelectiveSSM, combine, discretize, lti_chunked, lti_convolution,
                           lti_recurrence, selective_matrix, selective_scan,
                           selective_scan_parallel, ssm_kernel)
 
@@ -139,3 +139,22 @@ def test_padding_keeps_the_state_and_bad_input_is_refused():
         layer(x, causal=False)
     with pytest.raises(ValueError, match="scan must be"):
         SelectiveSSM(8, scan="fft")
+
+
+def test_the_time_invariant_layer_is_causal_and_steps_as_it_convolves():
+    torch.manual_seed(0)
+    layer = LTISSM(d_model=8, d_state=4, expand=2).double()
+    x = torch.randn(2, 10, 8, **F64)
+    y, weights = layer(x)
+    assert y.shape == (2, 10, 8) and weights is None
+    x2 = x.clone()
+    x2[:, 7:] = 0                                                        # change the future only
+    torch.testing.assert_close(layer(x2)[0][:, :7], y[:, :7])
+    h, outs = None, []
+    for t in range(10):
+        out, h = layer.step(x[:, t], h)
+        outs.append(out)
+    assert h.shape == (2, 16, 4)
+    torch.testing.assert_close(torch.stack(outs, 1), y, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="always causal"):
+        layer(x, causal=False)

@@ -1,4 +1,4 @@
-"""State-space layers (chapter 13): one layer written as a recurrence, a convolution and an
+"""State-space layers: one layer written as a recurrence, a convolution and an
 attention-like matrix.
 
 A state-space model (SSM) reads a sequence of numbers u_1 .. u_T through a hidden state of
@@ -27,9 +27,10 @@ negative, so every state channel decays.
   to u, lower-triangular like causal attention, with c_t as the query, b_s as the key and the
   decay between them as the mask (the state-space duality of Mamba-2, Dao and Gu 2024).
 
-:class:`SelectiveSSM` is a Mamba-style mixer called like :class:`attnbook.mha.MultiHeadAttention`
-(``forward(x, key_mask=None, causal=True) -> (y, None)``); :meth:`SelectiveSSM.step` generates
-one token at a time with a state whose size does not grow with the sequence.
+:class:`LTISSM` (S4D) and :class:`SelectiveSSM` (Mamba) are mixers called like
+:class:`attnbook.mha.MultiHeadAttention` (``forward(x, key_mask=None, causal=True) -> (y, None)``);
+their ``step`` generates one token at a time with a state whose size does not grow with the
+sequence.
 """
 from __future__ import annotations
 
@@ -198,6 +199,64 @@ def selective_matrix(delta: torch.Tensor, A: torch.Tensor, b: torch.Tensor,
     causal = torch.ones(T, T, dtype=torch.bool, device=delta.device).tril()   # (T, T): s <= t
     decay = torch.exp(gap.masked_fill(~causal[:, :, None, None], -math.inf))
     return torch.einsum("btn,btsdn,bsdn->bdts", c, decay, bbar)     # (B, d, T, T)
+
+
+class LTISSM(nn.Module):
+    """An S4D-style time-invariant state-space mixer: (B, T, d_model) -> (B, T, d_model).
+
+        u_t = silu(W_u x_t)                          the channels          (B, T, d)
+        y = K * u + D * u                            one kernel per channel, a skip
+        out_t = W_o (y_t * silu(W_g x_t))            gated, read out       (B, T, d_model)
+
+    delta, b and c are parameters: every position is treated alike, so the whole layer is a
+    convolution with the kernel K (:func:`ssm_kernel`), computed here by FFT. A is S4D-Real's,
+    A[:, n] = -(n + 1); delta starts between 0.001 and 0.1, b at 1 and c at random (S4D).
+    Causal by construction; at a position where key_mask is False nothing is written (u = 0),
+    but time passes: the state decays there as everywhere, since the layer cannot tell the
+    positions apart. :meth:`step` generates with a state of d x d_state numbers.
+    """
+
+    def __init__(self, d_model: int, d_state: int = 16, expand: int = 1):
+        super().__init__()
+        d = expand * d_model
+        self.d_model, self.d, self.d_state = d_model, d, d_state
+        self.W_u, self.W_g = nn.Linear(d_model, d), nn.Linear(d_model, d)
+        self.W_o = nn.Linear(d, d_model)
+        self.log_neg_A = nn.Parameter(torch.log(torch.arange(1, d_state + 1.0)).repeat(d, 1))
+        self.log_delta = nn.Parameter(torch.empty(d).uniform_(math.log(1e-3), math.log(1e-1)))
+        self.b = nn.Parameter(torch.ones(d, d_state))
+        self.c = nn.Parameter(torch.randn(d, d_state) * d_state ** -0.5)
+        self.D = nn.Parameter(torch.ones(d))
+
+    def discrete(self):
+        """(Abar, bbar), each (d, d_state): the layer's one step, the same at every position."""
+        return discretize(torch.exp(self.log_delta), -torch.exp(self.log_neg_A), self.b)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
+                key_mask: torch.Tensor | None = None, causal: bool = True,
+                need_weights: bool = False, cache: dict | None = None):
+        if not causal:
+            raise ValueError("LTISSM reads left to right and is always causal; for a "
+                             "bidirectional layer run a second one on the reversed sequence")
+        if context is not None or need_weights or cache is not None:
+            raise NotImplementedError("LTISSM mixes one sequence, without weights or a cache "
+                                      "(use step() to generate: its state is the cache)")
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"expected x (B, T, {self.d_model}), got {tuple(x.shape)}")
+        u = F.silu(self.W_u(x))                                     # (B, T, d)
+        if key_mask is not None:
+            u = u * key_mask[..., None]                             # padding writes nothing
+        Abar, bbar = self.discrete()
+        y = lti_convolution(u, ssm_kernel(Abar, bbar, self.c, x.shape[1])) + self.D * u
+        return self.W_o(y * F.silu(self.W_g(x))), None              # (B, T, d_model)
+
+    def step(self, x_t: torch.Tensor, h: torch.Tensor | None = None):
+        """One position: x_t (B, d_model), state h (B, d, d_state) or None -> (out_t, new h)."""
+        u = F.silu(self.W_u(x_t))                                   # (B, d)
+        Abar, bbar = self.discrete()
+        h = Abar * (0 if h is None else h) + bbar * u[..., None]   # (B, d, d_state)
+        y = (h * self.c).sum(-1) + self.D * u                       # (B, d)
+        return self.W_o(y * F.silu(self.W_g(x_t))), h
 
 
 class SelectiveSSM(nn.Module):

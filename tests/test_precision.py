@@ -255,22 +255,6 @@ def test_compile_asks_for_dynamic_shapes_and_leaves_the_gru_models_eager(tmp_pat
     assert tf["compiled"] is True and calls == [{"dynamic": True}]
 
 
-def test_determinism_without_importing_the_compiler_and_with_it_where_we_compile():
-    """deterministic() sets the kernels' flag without importing torch's compiler (a second in
-    every process); compile_model sets the compiler's flag as the kernels' is, as
-    torch.use_deterministic_algorithms does."""
-    import subprocess
-    import sys
-    code = ("import sys, torch; from attnbook.utils import deterministic, compile_model; "
-            "deterministic(0); print(torch.are_deterministic_algorithms_enabled(), "
-            "'torch._inductor' in sys.modules, 'torch._dynamo' in sys.modules); "
-            "compile_model(torch.nn.Linear(2, 2)); import torch._inductor.config as c; "
-            "print(c.deterministic)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "ATTNBOOK_DETERMINISM": "strict"})
-    assert out.stdout.split() == ["True", "False", "False", "True"], out.stdout + out.stderr
-
-
 def test_configs_of_older_runs_with_the_bf16_switch_still_load():
     """Checkpoints written before ``precision`` existed hold ``bf16`` (and a flat config, as in
     results/cpu/cpu_tiny_transformer_2threads.json); translate.load_run rebuilds their TrainConfig

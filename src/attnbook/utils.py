@@ -32,21 +32,8 @@ def deterministic(seed: int = 0) -> None:
     mode = os.environ.get("ATTNBOOK_DETERMINISM", "strict")
     if mode not in ("strict", "warn"):
         raise ValueError(f"ATTNBOOK_DETERMINISM={mode!r}: use strict (the default) or warn")
-    # torch.use_deterministic_algorithms(True) would also set the compiler's flag, which imports
-    # the compiler: a second that a process which only translates or measures need not spend
-    # (one that builds an optimiser imports it anyway). The kernels' flag is set here, the
-    # compiler's by compile_model, in the processes that compile.
-    torch._C._set_deterministic_algorithms(True, warn_only=mode == "warn")
+    torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
     torch.backends.cudnn.benchmark = False
-
-
-def compile_model(model: torch.nn.Module, **options) -> torch.nn.Module:
-    """``torch.compile(model, **options)``, with the compiler's determinism flag set as the
-    kernels' is (by :func:`deterministic`): what ``torch.use_deterministic_algorithms`` does."""
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
-                                       warn_only=warn_only)
-    return torch.compile(model, **options)
 
 
 def get_device(prefer: str | None = None) -> torch.device:

@@ -26,7 +26,7 @@ from ..batching import translation_loss
 from ..rnn import Seq2Seq
 from ..torch_twins import TorchTransformer
 from ..transformer import Transformer, TransformerConfig
-from ..utils import compile_model, count_parameters
+from ..utils import count_parameters
 
 
 # Dense peak FLOP/s (no structured sparsity), in TFLOP/s, from NVIDIA's data sheets:
@@ -201,7 +201,7 @@ def bench_training_config(name: str, device: torch.device, variants: list[tuple[
             fwd = model
             try:
                 if compiled:
-                    fwd = compile_model(model)
+                    fwd = torch.compile(model)
                 step = _train_step(fwd, opts[m], b, precision == "bf16", device)
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(device)

@@ -33,7 +33,7 @@ from .ch09_training import check_corpus_bleu, check_modified_precision, check_sm
 from .ch10_fair_race import check_perm_p
 from .ch12_decoder_only import (check_cached_attention_step, check_prompt_target,
                                 check_temperature_softmax, check_top_k_filter)
-from .ch13_beyond_attention import check_online_update
+from .ch13_beyond_attention import check_combine, check_online_update, check_selective_step
 from .workshop import check_beam_search, check_train_step
 from .workshop_blocks import check_decode_step, check_decoder_block
 from .gallery import (check_gallery_corpus_bleu, check_label_smoothed_loss, check_lm_mask,

@@ -1,4 +1,5 @@
-"""Chapter 13 (beyond attention): the grader of one step of the online softmax.
+"""Chapter 13 (beyond attention): the graders of one step of the online softmax, of one step of
+the selective state-space model, and of the associative scan's combine operator.
 
 ``online_update(m, l, acc, s, v)`` folds one block of scores into the running state of each
 query, as :func:`attnbook.beyond.online_softmax_attention` does: m (..., Bq, 1) the running
@@ -100,3 +101,117 @@ def check_online_update(fn) -> int:
                    "of a maximum that is still -inf")
     expect_close(out, want, "acc / l for a query whose first block is all blocked", atol=1e-5)
     return n + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The selective state-space step and the scan's combine operator (attnbook.ssm)
+
+def _ssm_reference(h, u, delta, A, b, c, how="zoh"):
+    """One step of the selective SSM; ``how`` switches on the classic mistakes the hints name.
+    h (B, d, n); u, delta (B, d); A (d, n); b, c (B, n) -> (h', y (B, d))."""
+    dA = delta[..., None] * A                                     # (B, d, n)
+    if how == "no-delta":                                         # the step forgotten
+        Abar, bbar = torch.exp(A).expand_as(dA), b[:, None, :].expand_as(dA)
+    elif how == "euler":                                          # discretised after, to first order
+        Abar, bbar = 1 + dA, delta[..., None] * b[:, None, :]
+    else:
+        Abar, bbar = torch.exp(dA), torch.expm1(dA) / A * b[:, None, :]
+    h_new = Abar * h + bbar * u[..., None]
+    read = h if how == "old-state" else h_new
+    return h_new, (read * c[:, None, :]).sum(-1)
+
+
+SSM_MISTAKES = [
+    ("no-delta", "the step delta is missing: discretise first, Abar = exp(delta * A) and "
+                 "bbar = (exp(delta * A) - 1) / A * b, then take the step with them"),
+    ("euler", "that is Euler's step, Abar = 1 + delta * A and bbar = delta * b: a first-order "
+              "approximation, exact only as delta goes to 0; the zero-order hold is exact: "
+              "Abar = exp(delta * A), bbar = (exp(delta * A) - 1) / A * b"),
+    ("old-state", "y was read from the old state: update h first, then y = sum_n c[n] h'[n]"),
+]
+
+
+def _ssm_case(g, B, d, n, scale=1.0):
+    A = -torch.rand(d, n, generator=g, dtype=torch.float64) * 3 - 0.1
+    return (torch.randn(B, d, n, generator=g, dtype=torch.float64),       # h
+            torch.randn(B, d, generator=g, dtype=torch.float64),          # u
+            torch.rand(B, d, generator=g, dtype=torch.float64) * scale,   # delta
+            A, torch.randn(B, n, generator=g, dtype=torch.float64),       # b
+            torch.randn(B, n, generator=g, dtype=torch.float64))          # c
+
+
+@grader("ex-13-selective-step", target="selective_step")
+def check_selective_step(fn) -> int:
+    g = torch.Generator().manual_seed(13)
+    n = 0
+    for what, shape, scale in [("2 sequences, 3 channels, state 4", (2, 3, 4), 1.0),
+                               ("large steps (delta up to 5)", (1, 2, 3), 5.0),
+                               ("1 sequence, 1 channel, state 1", (1, 1, 1), 1.0)]:
+        args = _ssm_case(g, *shape, scale)
+        got = fn(*(a.clone() for a in args))
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise Hint(f"on {what}: return a tuple (h, y), got {type(got).__name__}")
+        want = _ssm_reference(*args)
+        for i, name in enumerate(("the new state h", "the output y")):
+            try:
+                expect_close(got[i], want[i], f"{name} ({what})", atol=1e-8, rtol=1e-6)
+            except Hint as h:
+                named = [hint for how, hint in SSM_MISTAKES
+                         if torch.allclose(got[i], _ssm_reference(*args, how=how)[i], atol=1e-8)]
+                raise Hint(str(h) + ("; " + named[0] if named else "")) from None
+            n += 1
+    # a step of length 0: no time passes, the state stays, nothing is written
+    h, u, _, A, b, c = _ssm_case(g, 2, 3, 4)
+    got = fn(h.clone(), u, torch.zeros(2, 3, dtype=torch.float64), A, b, c)
+    expect_close(got[0], h, "the new state after a step of delta = 0 (it must be the old one)")
+    return n + 1
+
+
+def _combine_reference(first, then, how="right"):
+    (a1, b1), (a2, b2) = first, then
+    if how == "swapped":
+        return a1 * a2, a1 * b2 + b1
+    if how == "undecayed":
+        return a1 * a2, b1 + b2
+    return a1 * a2, a2 * b1 + b2
+
+
+COMBINE_MISTAKES = [
+    ("swapped", "the order of composition is reversed: `first` runs first, so its b passes "
+                "through then's gate: (a1 a2, a2 b1 + b2), not a1 b2 + b1"),
+    ("undecayed", "first's b was not decayed by then's gate: after h -> a1 h + b1, the second "
+                  "step multiplies all of it by a2: a2 (a1 h + b1) + b2"),
+]
+
+
+@grader("ex-13-combine", target="combine")
+def check_combine(fn) -> int:
+    g = torch.Generator().manual_seed(14)
+    step = lambda: (torch.rand(2, 3, generator=g, dtype=torch.float64),   # noqa: E731
+                    torch.randn(2, 3, generator=g, dtype=torch.float64))
+    x, y, z = step(), step(), step()
+    got = fn(x, y)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise Hint(f"return a tuple (a, b), got {type(got).__name__}")
+    want = _combine_reference(x, y)
+    try:
+        expect_close(got[0], want[0], "the combined a", atol=1e-10)
+        expect_close(got[1], want[1], "the combined b", atol=1e-10)
+    except Hint as h:
+        named = [hint for how, hint in COMBINE_MISTAKES
+                 if torch.allclose(got[1], _combine_reference(x, y, how)[1], atol=1e-10)]
+        raise Hint(str(h) + ("; " + named[0] if named else "")) from None
+    left, right = fn(fn(x, y), z), fn(x, fn(y, z))
+    expect_close(right[1], left[1], "combine(x, combine(y, z)) against combine(combine(x, y), z) "
+                 "(combine must be associative)", atol=1e-10)
+    # a scan built on it: folding 9 steps from h_0 = 0 gives the recurrence's h_9
+    steps = [step() for _ in range(9)]
+    h = torch.zeros(2, 3, dtype=torch.float64)
+    for a, b in steps:
+        h = a * h + b
+    acc = steps[0]
+    for s in steps[1:]:
+        acc = fn(acc, s)
+    expect_close(acc[1], h, "nine steps folded with combine, against the recurrence's h_9",
+                 atol=1e-10)
+    return 4

@@ -36,8 +36,8 @@ from ..rnn import Seq2Seq
 from .runs import check_resumable, load_checkpoint, save_checkpoint, trim_log
 from ..schedules import training_scheduler
 from ..tokenizer import Tokenizer, multi30k_tokenizer
-from ..utils import (Precision, choose_precision, compile_model, count_parameters, deterministic,
-                    get_device, versions)
+from ..utils import (Precision, choose_precision, count_parameters, deterministic, get_device,
+                    versions)
 
 
 @dataclass
@@ -229,7 +229,7 @@ def wrap(run: Run) -> tuple[torch.nn.Module, bool]:
     # would recompile at nearly every batch (until dynamo gives up after 8 and runs them eager).
     compiled = run.cfg.compile and not isinstance(run.model, Seq2Seq)
     if compiled:
-        fwd = compile_model(fwd, dynamic=True)
+        fwd = torch.compile(fwd, dynamic=True)
     return fwd, compiled
 
 

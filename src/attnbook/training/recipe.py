@@ -292,7 +292,7 @@ def check_config(cfg: TrainConfig, name=lambda field: field) -> None:
 # Options that may differ when a run is resumed: how long it trains and what it records.
 # Everything else (model, data, recipe, seed) must match the checkpoint's.
 EXTENDABLE = ("max_steps", "time_budget_s", "eval_every", "snapshot_steps", "eval_sentences",
-              "beam_size", "length_alpha")
+              "val_sentences", "beam_size", "length_alpha")
 # The model of a config saved flat (before TrainConfig held ``arch``) had these, where it did
 # not name them: a 512-position table, tied embeddings and, before the ablations, sinusoidal
 # positions and d_k = d_model / h.

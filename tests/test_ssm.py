@@ -23,9 +23,21 @@ def selective(Bsz=2, T=13, d=3, d_state=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     A = -torch.rand(d, d_state, generator=g, **F64) * 2 - 0.1
     delta = torch.rand(Bsz, T, d, generator=g, **F64) * 0.5
-    b, c = torch.randn(Bsz, T, d_state, generator=g, **F64), torch.randn(Bsz, T, d_state, generator=g, **F64)
+    b = torch.randn(Bsz, T, d_state, generator=g, **F64)
+    c = torch.randn(Bsz, T, d_state, generator=g, **F64)
     u = torch.randn(Bsz, T, d, generator=g, **F64)
     return u, delta, A, b, c
+
+
+def generated(layer, x):
+    """The layer's outputs one position at a time with step(), (B, T, d_model), and the shapes
+    its state had along the way."""
+    h, outs, states = None, [], set()
+    for t in range(x.shape[1]):
+        out, h = layer.step(x[:, t], h)
+        outs.append(out)
+        states.add(tuple(h.shape))
+    return torch.stack(outs, 1), states
 
 
 def test_zero_order_hold_is_the_exact_solution_of_the_continuous_system():
@@ -78,14 +90,15 @@ def test_selective_scan_equals_parallel_scan_equals_the_matrix(T):
     torch.testing.assert_close(selective_scan_parallel(u, Abar, bbar, c), y, rtol=1e-10, atol=1e-10)
     M = selective_matrix(delta, A, b, c)                                 # (B, d, T, T)
     torch.testing.assert_close(torch.einsum("bdts,bsd->btd", M, u), y, rtol=1e-10, atol=1e-10)
-    assert torch.all(M.triu(1) == 0)                                     # causal: nothing from later
+    assert torch.all(M.triu(1) == 0)                                 # causal: nothing from later
 
 
 def test_a_selective_ssm_with_constant_inputs_is_the_time_invariant_one():
     Bsz, T, d, n = 2, 9, 3, 4
     u, _, A, _, _ = selective(Bsz, T, d, n)
     g = torch.Generator().manual_seed(5)
-    delta, b, c = torch.rand(d, **F64) + 0.1, torch.randn(n, generator=g, **F64), torch.randn(n, generator=g, **F64)
+    delta = torch.rand(d, **F64) + 0.1
+    b, c = torch.randn(n, generator=g, **F64), torch.randn(n, generator=g, **F64)
     Abar, bbar = discretize(delta, A, b)                                 # (d, d_state)
     y = lti_convolution(u, ssm_kernel(Abar, bbar, c.expand(d, n), T))
     M = selective_matrix(delta.expand(Bsz, T, d), A, b.expand(Bsz, T, n), c.expand(Bsz, T, n))
@@ -97,7 +110,8 @@ def test_a_selective_ssm_with_constant_inputs_is_the_time_invariant_one():
 
 def test_combine_is_associative_and_order_matters():
     g = torch.Generator().manual_seed(2)
-    x, y, z = [(torch.rand(3, generator=g, **F64), torch.randn(3, generator=g, **F64)) for _ in range(3)]
+    x, y, z = [(torch.rand(3, generator=g, **F64), torch.randn(3, generator=g, **F64))
+               for _ in range(3)]
     left, right = combine(combine(x, y), z), combine(x, combine(y, z))
     torch.testing.assert_close(left, right)
     swapped = combine(y, x)
@@ -115,12 +129,9 @@ def test_the_selective_layer_both_scans_causal_and_step_by_step():
     x2 = x.clone()
     x2[:, 6:] = torch.randn(2, 5, 8, **F64)                              # change the future only
     torch.testing.assert_close(layer(x2)[0][:, :6], y[:, :6])
-    h, outs = None, []
-    for t in range(11):                                                  # generating: one state
-        out, h = layer.step(x[:, t], h)
-        assert h.shape == (2, 16, 4)                                     # (B, d, d_state), any t
-        outs.append(out)
-    torch.testing.assert_close(torch.stack(outs, 1), y, rtol=1e-10, atol=1e-10)
+    outs, states = generated(layer, x)
+    assert states == {(2, 16, 4)}                                        # (B, d, d_state), any t
+    torch.testing.assert_close(outs, y, rtol=1e-10, atol=1e-10)
 
 
 def test_padding_keeps_the_state_and_bad_input_is_refused():
@@ -150,11 +161,8 @@ def test_the_time_invariant_layer_is_causal_and_steps_as_it_convolves():
     x2 = x.clone()
     x2[:, 7:] = 0                                                        # change the future only
     torch.testing.assert_close(layer(x2)[0][:, :7], y[:, :7])
-    h, outs = None, []
-    for t in range(10):
-        out, h = layer.step(x[:, t], h)
-        outs.append(out)
-    assert h.shape == (2, 16, 4)
-    torch.testing.assert_close(torch.stack(outs, 1), y, rtol=1e-10, atol=1e-10)
+    outs, states = generated(layer, x)
+    assert states == {(2, 16, 4)}
+    torch.testing.assert_close(outs, y, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="always causal"):
         layer(x, causal=False)

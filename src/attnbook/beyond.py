@@ -304,6 +304,25 @@ def linear_recurrence_parallel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     return (W @ b.transpose(-2, -1)[..., None])[..., 0].transpose(-2, -1)  # (..., T, d)
 
 
+def check_recurrent_call(layer: nn.Module, x, context, key_mask, causal, need_weights, cache,
+                         cache_note: str) -> None:
+    """The one-line errors of a recurrent mixer called like MultiHeadAttention (this module's
+    GatedRecurrence, attnbook.ssm's layers): it is causal, mixes one sequence (B, T, d_model)
+    without weights or a key/value cache, and takes a (B, T) bool key_mask or None."""
+    name = type(layer).__name__
+    if not causal:
+        raise ValueError(f"{name} reads left to right and is always causal; for a "
+                         "bidirectional layer run a second one on the reversed sequence")
+    if context is not None or need_weights or cache is not None:
+        raise NotImplementedError(f"{name} mixes one sequence, without weights or a cache "
+                                  f"({cache_note})")
+    if x.dim() != 3 or x.shape[-1] != layer.d_model:
+        raise ValueError(f"expected x (B, T, {layer.d_model}), got {tuple(x.shape)}")
+    if key_mask is not None and (key_mask.shape != x.shape[:2] or key_mask.dtype != torch.bool):
+        raise ValueError(f"key_mask must be a {tuple(x.shape[:2])} bool tensor, True at real "
+                         f"tokens; got {tuple(key_mask.shape)}, {key_mask.dtype}")
+
+
 class GatedRecurrence(nn.Module):
     """A small gated diagonal state-space layer: (B, T, d_model) -> (B, T, d_model).
 
@@ -339,20 +358,11 @@ class GatedRecurrence(nn.Module):
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, causal: bool = True,
                 need_weights: bool = False, cache: dict | None = None):
-        if not causal:
-            raise ValueError("GatedRecurrence reads left to right and is always causal; for a "
-                             "bidirectional layer run a second one on the reversed sequence")
-        if context is not None or need_weights or cache is not None:
-            raise NotImplementedError("GatedRecurrence mixes one sequence, without weights or a "
-                                      "cache (its state h_t plays the cache's part)")
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"expected x (B, T, {self.d_model}), got {tuple(x.shape)}")
+        check_recurrent_call(self, x, context, key_mask, causal, need_weights, cache,
+                             "its state h_t plays the cache's part")
         a = torch.sigmoid(self.W_a(x))                              # (B, T, d_state)
         b = (1 - a) * self.W_u(x)                                   # (B, T, d_state)
         if key_mask is not None:
-            if key_mask.shape != x.shape[:2] or key_mask.dtype != torch.bool:
-                raise ValueError(f"key_mask must be a {tuple(x.shape[:2])} bool tensor, True at "
-                                 f"real tokens; got {tuple(key_mask.shape)}, {key_mask.dtype}")
             real = key_mask[..., None]                              # (B, T, 1)
             a, b = torch.where(real, a, 1.0), b * real              # padding: state unchanged
         h = linear_recurrence(a, b)                                 # (B, T, d_state)

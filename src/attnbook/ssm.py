@@ -40,6 +40,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .beyond import check_recurrent_call
+
 
 def _check(name: str, x: torch.Tensor, dims: int) -> None:
     if x.dim() != dims:
@@ -235,14 +237,8 @@ class LTISSM(nn.Module):
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, causal: bool = True,
                 need_weights: bool = False, cache: dict | None = None):
-        if not causal:
-            raise ValueError("LTISSM reads left to right and is always causal; for a "
-                             "bidirectional layer run a second one on the reversed sequence")
-        if context is not None or need_weights or cache is not None:
-            raise NotImplementedError("LTISSM mixes one sequence, without weights or a cache "
-                                      "(use step() to generate: its state is the cache)")
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"expected x (B, T, {self.d_model}), got {tuple(x.shape)}")
+        check_recurrent_call(self, x, context, key_mask, causal, need_weights, cache,
+                             "use step() to generate: its state is the cache")
         u = F.silu(self.W_u(x))                                     # (B, T, d)
         if key_mask is not None:
             u = u * key_mask[..., None]                             # padding writes nothing
@@ -304,17 +300,8 @@ class SelectiveSSM(nn.Module):
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, causal: bool = True,
                 need_weights: bool = False, cache: dict | None = None):
-        if not causal:
-            raise ValueError("SelectiveSSM reads left to right and is always causal; for a "
-                             "bidirectional layer run a second one on the reversed sequence")
-        if context is not None or need_weights or cache is not None:
-            raise NotImplementedError("SelectiveSSM mixes one sequence, without weights or a "
-                                      "cache (use step() to generate: its state is the cache)")
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"expected x (B, T, {self.d_model}), got {tuple(x.shape)}")
-        if key_mask is not None and (key_mask.shape != x.shape[:2] or key_mask.dtype != torch.bool):
-            raise ValueError(f"key_mask must be a {tuple(x.shape[:2])} bool tensor, True at real "
-                             f"tokens; got {tuple(key_mask.shape)}, {key_mask.dtype}")
+        check_recurrent_call(self, x, context, key_mask, causal, need_weights, cache,
+                             "use step() to generate: its state is the cache")
         u, Abar, bbar, c = self._inputs(x, key_mask)
         scan = selective_scan if self.scan == "sequential" else selective_scan_parallel
         y = scan(u, Abar, bbar, c) + self.D * u                     # (B, T, d)

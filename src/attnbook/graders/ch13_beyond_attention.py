@@ -112,7 +112,7 @@ def _ssm_reference(h, u, delta, A, b, c, how="zoh"):
     dA = delta[..., None] * A                                     # (B, d, n)
     if how == "no-delta":                                         # the step forgotten
         Abar, bbar = torch.exp(A).expand_as(dA), b[:, None, :].expand_as(dA)
-    elif how == "euler":                                          # discretised after, to first order
+    elif how == "euler":                                          # first order: "after"
         Abar, bbar = 1 + dA, delta[..., None] * b[:, None, :]
     else:
         Abar, bbar = torch.exp(dA), torch.expm1(dA) / A * b[:, None, :]

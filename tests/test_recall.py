@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from attnbook import PAD_ID
-from attnbook.recall import (MIXERS, mqar_batch, recall_accuracy, recall_loss, recall_model,
-                             state_numbers, train_recall, vocab_size)
+from attnbook.recall import (MIXERS, generation_cost, mqar_batch, recall_accuracy, recall_loss,
+                             recall_model, state_numbers, train_recall, vocab_size)
 
 
 def test_every_query_asks_for_the_value_that_followed_its_key():
@@ -45,7 +45,7 @@ def test_each_model_is_causal_and_its_state_is_what_it_keeps(kind):
     attention_layers = {"attention": 2, "hybrid": 1}.get(kind, 0)     # hybrid: the last layer
     assert grows == attention_layers * 2 * 100 * 32                      # keys and values
     fixed = {"linear": 2 * 4 * (8 * 8 + 8), "gated": 2 * 8, "lti": 2 * 32 * 8,
-             "selective": 2 * 32 * 8}
+             "selective": 2 * (32 * 8 + 32 * 3)}          # the scan's h, the conv's window
     if kind in fixed:
         assert state_numbers(model, 100) == fixed[kind]
     with pytest.raises(ValueError, match="unknown model"):
@@ -62,3 +62,17 @@ def test_attention_learns_to_recall_a_few_pairs():
     b = mqar_batch(256, 4, 16, 16, 16, generator=torch.Generator().manual_seed(99))
     assert losses[-1] < losses[0] and recall_loss(model, b).item() < losses[0]
     assert recall_accuracy(model, b) > 3 / 16
+
+
+def test_generation_cost_counts_the_cache_and_the_state_it_holds():
+    """The attention cache holds 2 t d_model numbers after t tokens; the selective layer's state
+    d (d_state + d_conv - 1) whatever t; each row a median time of positive seconds."""
+    rows = generation_cost("attention", [8, 32], d_model=16, h=2, steps=3)
+    assert [r["state_bytes"] for r in rows] == [2 * 8 * 16 * 4, 2 * 32 * 16 * 4]   # float32
+    rows += generation_cost("selective", [8, 32], d_model=16, d_state=4, steps=3)
+    assert [r["state_bytes"] for r in rows[2:]] == [16 * (4 + 3) * 4] * 2
+    assert [(r["mixer"], r["t"]) for r in rows] == [("attention", 8), ("attention", 32),
+                                                   ("selective", 8), ("selective", 32)]
+    assert all(0 < r["s_per_token"] < 1 for r in rows)
+    with pytest.raises(ValueError, match="'attention' or 'selective'"):
+        generation_cost("gated", [8])

@@ -120,6 +120,33 @@ def test_tiny_beyond(tmp_path, monkeypatch):
           "python -m attnbook.experiments.beyond_runs")
 
 
+def test_tiny_recall_then_only_merges_by_key(tmp_path, monkeypatch):
+    """The state part (every fixed-state model at two more sizes), then the generation costs
+    merged in, then the state part again: its rows replace theirs, the generation stays, and
+    each call is appended with the parts it made."""
+    monkeypatch.chdir(tmp_path)
+    made = tiny("recall", "tiny", "--seeds", "0", "--only", "state")["recall.json"]
+    check(made, "recall", "python -m attnbook.experiments.recall_runs")
+    assert main(["run", "recall", "--tiny", "--out", "tiny", "--seeds", "0",
+                 "--only", "generation"]) == 0
+    made = store.read(Path("tiny/recall.json"))
+    runs = made["runs"]
+    assert len(runs) == 8 and {r["part"] for r in runs} == {"state"}
+    assert all(0 <= r["accuracy"] <= 1 and r["state_numbers"] > 0 for r in runs)
+    small = {r["mixer"]: r["state_numbers"] for r in runs if r["d_state"] == 2 or r["h"] == 8}
+    large = {r["mixer"]: r["state_numbers"] for r in runs if r["d_state"] >= 16 or r["h"] == 1}
+    assert all(large[m] > small[m] for m in ("lti", "selective", "linear"))
+    gen = {(g["mixer"], g["t"]): g["state_bytes"] for g in made["generation"]}
+    assert gen[("attention", 16)] == 2 * gen[("attention", 8)]            # the cache grows
+    assert gen[("selective", 16)] == gen[("selective", 8)]                # the state does not
+    assert [c["rows"] for c in made["calls"]] == [["state"], ["generation"]]
+    assert main(["run", "recall", "--tiny", "--out", "tiny", "--seeds", "0",
+                 "--only", "state"]) == 0
+    merged = store.read(Path("tiny/recall.json"))
+    assert len(merged["runs"]) == 8 and merged["generation"] == made["generation"]
+    assert [c["rows"] for c in merged["calls"]] == [["state"], ["generation"], ["state"]]
+
+
 def test_tiny_bench(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check(tiny("bench")["cpu/decoding.json"], "bench", "python -m attnbook.benchmarks")

@@ -36,7 +36,7 @@ def generated(layer, x):
     for t in range(x.shape[1]):
         out, h = layer.step(x[:, t], h)
         outs.append(out)
-        states.add(tuple(h.shape))
+        states.add(tuple(tuple(a.shape) for a in h) if isinstance(h, tuple) else tuple(h.shape))
     return torch.stack(outs, 1), states
 
 
@@ -130,18 +130,27 @@ def test_the_selective_layer_both_scans_causal_and_step_by_step():
     x2[:, 6:] = torch.randn(2, 5, 8, **F64)                              # change the future only
     torch.testing.assert_close(layer(x2)[0][:, :6], y[:, :6])
     outs, states = generated(layer, x)
-    assert states == {(2, 16, 4)}                                        # (B, d, d_state), any t
+    assert states == {((2, 16, 3), (2, 16, 4))}       # (B, d, d_conv - 1), (B, d, d_state), any t
     torch.testing.assert_close(outs, y, rtol=1e-10, atol=1e-10)
 
 
 def test_padding_keeps_the_state_and_bad_input_is_refused():
     torch.manual_seed(0)
-    layer = SelectiveSSM(d_model=8, d_state=4).double()
+    layer = SelectiveSSM(d_model=8, d_state=4, d_conv=1).double()      # no convolution
     x = torch.randn(1, 6, 8, **F64)
     mask = torch.tensor([[True, True, False, False, True, True]])
     padded = layer(x, key_mask=mask)[0]
     real = layer(x[:, [0, 1, 4, 5]])[0]                                  # the same, without padding
     torch.testing.assert_close(padded[:, [0, 1, 4, 5]], real)
+    outs, states = generated(layer, x)                                   # no window to keep
+    assert states == {((1, 8, 0), (1, 8, 4))}
+    torch.testing.assert_close(outs, layer(x)[0], rtol=1e-10, atol=1e-10)
+    # with the convolution, padding on the right leaves the real positions as they were
+    conv = SelectiveSSM(d_model=8, d_state=4).double()
+    right = torch.tensor([[True] * 4 + [False] * 2])
+    torch.testing.assert_close(conv(x, key_mask=right)[0][:, :4], conv(x[:, :4])[0])
+    with pytest.raises(ValueError, match="d_conv must be at least 1"):
+        SelectiveSSM(8, d_conv=0)
     with pytest.raises(ValueError, match=r"expected x \(B, T, 8\)"):
         layer(x[0])
     with pytest.raises(ValueError, match="key_mask must be a"):

@@ -16,6 +16,7 @@ Tokens: ids 0-3 are the book's special tokens (never used here); keys are ids
 """
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import torch
@@ -111,7 +112,8 @@ def state_numbers(model: SelfAttentionStack, T: int) -> int:
     """How many numbers the model carries per sequence while it generates, after T tokens: what
     its mixers remember of the past. Attention's key/value cache grows with T (2 T d_model per
     layer); linear attention keeps a d_k x d_v matrix and a d_k normaliser per head; the gated
-    recurrence d_state numbers; a state-space layer d x d_state."""
+    recurrence d_state numbers; a state-space layer d x d_state, and the selective one also the
+    last d_conv - 1 inputs of its convolution, d x (d_conv - 1)."""
     total = 0
     for block in model.blocks:
         m = block.self_attn
@@ -121,7 +123,9 @@ def state_numbers(model: SelfAttentionStack, T: int) -> int:
             total += 2 * T * m.d_model
         elif isinstance(m, GatedRecurrence):
             total += m.d_state
-        elif isinstance(m, (LTISSM, SelectiveSSM)):
+        elif isinstance(m, SelectiveSSM):                # the scan's state, the conv's window
+            total += m.d * m.d_state + m.d * (m.d_conv - 1)
+        elif isinstance(m, LTISSM):
             total += m.d * m.d_state
         else:
             raise TypeError(f"no state size known for a {type(m).__name__}")
@@ -153,3 +157,50 @@ def train_recall(model, n_pairs: int, T: int, steps: int, n_keys: int = 64, n_va
     sched = warmup_cosine_scheduler(opt, warmup, steps)
     return fit(model, lambda step: mqar_batch(batch_size, n_pairs, T, n_keys, n_values, g),
                recall_loss, steps, opt, sched, clip)
+
+
+# ---------------------------------------------------------------------------------------------
+# What generating costs: a growing cache against a fixed state
+
+@torch.no_grad()
+def generation_cost(kind: str, lengths, d_model: int = 256, h: int = 4, d_state: int = 16,
+                    steps: int = 32, seed: int = 0) -> list[dict]:
+    """Time and memory of generating one more token after t tokens, for one mixer layer and one
+    sequence: "attention" (MultiHeadAttention with its key/value cache) or "selective"
+    (SelectiveSSM.step with its state).
+
+    For each t in ``lengths`` (increasing) the layer first reads t random inputs (attention in
+    one causal pass that fills the cache; the state-space layer one step at a time, as it would
+    have generated them), then generates ``steps`` more positions one at a time; the row gives
+    the median seconds of those steps and the bytes of the cache or state after the t tokens. The book's cache grows with ``torch.cat``, which copies it at every step.
+    Returns one dict a length: {"mixer", "t", "s_per_token", "state_bytes"}.
+    """
+    torch.manual_seed(seed)
+    if kind == "attention":
+        layer = MultiHeadAttention(d_model, h).eval()
+    elif kind == "selective":
+        layer = SelectiveSSM(d_model, d_state).eval()
+    else:
+        raise ValueError(f"generation_cost measures 'attention' or 'selective', got {kind!r}")
+    rows = []
+    for t in lengths:
+        x = torch.randn(1, t + steps, d_model)                     # (1, t + steps, d_model)
+        cache, state = {}, None
+        if kind == "attention":
+            layer(x[:, :t], causal=True, cache=cache)               # the cache: (1, h, t, d_k) x 2
+        else:
+            for i in range(t):
+                _, state = layer.step(x[:, i], state)               # (1, d, d_state)
+        held = [cache["k"], cache["v"]] if kind == "attention" else list(state)
+        held = sum(a.numel() * a.element_size() for a in held)      # bytes, after t tokens
+        times = []
+        for i in range(t, t + steps):
+            start = time.perf_counter()
+            if kind == "attention":
+                layer(x[:, i:i + 1], causal=True, cache=cache)
+            else:
+                _, state = layer.step(x[:, i], state)
+            times.append(time.perf_counter() - start)
+        rows.append({"mixer": kind, "t": t, "s_per_token": sorted(times)[len(times) // 2],
+                     "state_bytes": held})
+    return rows

@@ -258,27 +258,35 @@ class LTISSM(nn.Module):
 class SelectiveSSM(nn.Module):
     """A Mamba-style selective state-space mixer: (B, T, d_model) -> (B, T, d_model).
 
-        u_t = silu(W_u x_t)                          the channels          (B, T, d)
+        u_t = silu(conv(W_u x)_t)                    the channels          (B, T, d)
         delta_t = softplus(W_delta x_t)              the step per channel  (B, T, d)
         b_t, c_t = W_b x_t, W_c x_t                  write, read           (B, T, d_state)
         y_t = SSM(u)_t + D * u_t                     the scan, a skip      (B, T, d)
         out_t = W_o (y_t * silu(W_g x_t))            gated, read out       (B, T, d_model)
 
     A is S4D-Real's, A[:, n] = -(n + 1), learned as log(-A); delta starts between 0.001 and
-    0.1, as in Mamba. Mamba's short convolution before the scan is left out. The layer is
-    causal by construction; at a position where key_mask is False, delta is 0: no time passes,
-    the state is kept and nothing is written. ``scan`` chooses the form: "sequential" (one step
-    per position) or "parallel" (the associative scan); both give the same output.
+    0.1, as in Mamba. ``conv`` is Mamba's short causal convolution, one filter of ``d_conv``
+    taps per channel: u_t mixes the inputs t - d_conv + 1 .. t, so a token can be written
+    together with the one before it (a key with its value); ``d_conv=1`` leaves it out. The
+    layer is causal by construction. At a position where key_mask is False, delta is 0: no time
+    passes, the state is kept and nothing is written; the convolution still counts positions,
+    so with ``d_conv > 1`` pad on the right (or use d_conv=1). ``scan`` chooses the form:
+    "sequential" (one step per position) or "parallel" (the associative scan); both give the
+    same output.
     """
 
-    def __init__(self, d_model: int, d_state: int = 16, expand: int = 1,
+    def __init__(self, d_model: int, d_state: int = 16, expand: int = 1, d_conv: int = 4,
                  scan: str = "parallel"):
         super().__init__()
         if scan not in ("sequential", "parallel"):
             raise ValueError(f"scan must be 'sequential' or 'parallel', got {scan!r}")
+        if d_conv < 1:
+            raise ValueError(f"d_conv must be at least 1 (1: no convolution), got {d_conv}")
         d = expand * d_model
         self.d_model, self.d, self.d_state, self.scan = d_model, d, d_state, scan
+        self.d_conv = d_conv
         self.W_u, self.W_g = nn.Linear(d_model, d), nn.Linear(d_model, d)
+        self.conv = nn.Conv1d(d, d, d_conv, groups=d)               # one filter per channel
         self.W_delta = nn.Linear(d_model, d)
         self.W_b, self.W_c = nn.Linear(d_model, d_state), nn.Linear(d_model, d_state)
         self.W_o = nn.Linear(d, d_model)
@@ -288,8 +296,14 @@ class SelectiveSSM(nn.Module):
             dt = torch.exp(torch.empty(d).uniform_(math.log(1e-3), math.log(1e-1)))
             self.W_delta.bias.copy_(dt + torch.log(-torch.expm1(-dt)))
 
-    def _inputs(self, x: torch.Tensor, key_mask: torch.Tensor | None = None):
-        u = F.silu(self.W_u(x))                                     # (B, T, d)
+    def _inputs(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
+                window: torch.Tensor | None = None):
+        """u, Abar, bbar, c of the positions of x (B, T, d_model); ``window``: the last
+        d_conv - 1 values of W_u x before them, (B, d, d_conv - 1), or None (zeros: the start)."""
+        v = self.W_u(x).transpose(1, 2)                             # (B, d, T)
+        if window is None:
+            window = v.new_zeros(*v.shape[:2], self.d_conv - 1)
+        u = F.silu(self.conv(torch.cat([window, v], -1))).transpose(1, 2)   # (B, T, d)
         delta = F.softplus(self.W_delta(x))                         # (B, T, d)
         if key_mask is not None:
             delta = delta * key_mask[..., None]                     # padding: no time passes
@@ -307,12 +321,17 @@ class SelectiveSSM(nn.Module):
         y = scan(u, Abar, bbar, c) + self.D * u                     # (B, T, d)
         return self.W_o(y * F.silu(self.W_g(x))), None              # (B, T, d_model)
 
-    def step(self, x_t: torch.Tensor, h: torch.Tensor | None = None):
-        """One position: x_t (B, d_model) and the state h (B, d, d_state) or None (the start)
-        -> (out_t (B, d_model), the new state). The state's size does not depend on how many
-        tokens came before: generating costs the same at every position."""
-        u, Abar, bbar, c = self._inputs(x_t[:, None])              # one position
+    def step(self, x_t: torch.Tensor, state: tuple | None = None):
+        """One position: x_t (B, d_model) and the state, or None (the start) -> (out_t
+        (B, d_model), the new state). The state is (window, h): the convolution's last
+        d_conv - 1 inputs (B, d, d_conv - 1) and the scan's h (B, d, d_state). Its size does not
+        depend on how many tokens came before: generating costs the same at every position."""
+        window, h = (None, None) if state is None else state
+        if window is None:
+            window = x_t.new_zeros(x_t.shape[0], self.d, self.d_conv - 1)
+        u, Abar, bbar, c = self._inputs(x_t[:, None], window=window)   # one position
         h = torch.zeros_like(bbar[:, 0]) if h is None else h
         h = Abar[:, 0] * h + bbar[:, 0] * u[:, 0, :, None]          # (B, d, d_state)
         y = (h * c[:, 0, None, :]).sum(-1) + self.D * u[:, 0]       # (B, d)
-        return self.W_o(y * F.silu(self.W_g(x_t))), h
+        window = torch.cat([window, self.W_u(x_t)[..., None]], -1)[..., 1:]  # (B, d, d_conv - 1)
+        return self.W_o(y * F.silu(self.W_g(x_t))), (window, h)

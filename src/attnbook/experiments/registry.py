@@ -93,6 +93,12 @@ EXPERIMENTS = {e.name: e for e in [
          ("--out", "results/cpu/beyond.json"),
          tiny=("--out", "{out}/beyond.json", "--steps", "2", "--only", "reversal"),
          only=("--only", "{key}")),
+    _exp("recall", "experiments.recall_runs", ("cpu/recall.json",), "chapter 13",
+         ("--out", "results/cpu/recall.json"),
+         tiny=("--out", "{out}/recall.json", "--steps", "2", "--jobs", "1", "--lengths", "8",
+               "16"),
+         only=("--only", "{key}"), needs="a quiet machine for --only generation (its times are "
+                                         "the result)"),
     _exp("ablations", "experiments.ablations", ("cpu/ablations.json",),
          "chapters 5, 7 and 9, the ablations appendix",
          ("--out", "runs/ablations", "--results", "results/cpu", "--jobs", "2", "--threads", "1"),

@@ -1,0 +1,159 @@
+"""Chapter 13's recall experiment (MQAR, :mod:`attnbook.recall`) and what generating costs.
+
+    python -m attnbook run recall            # about 25 minutes of 2 cores
+
+1. **pairs** (``--only pairs``): the six models of :data:`attnbook.recall.MIXERS` at
+   :data:`SETTINGS`, each at its default state size (:data:`DEFAULTS`), on three tasks
+   (:data:`TASKS`: T = 16 and 32 with 4 pairs, T = 32 with 8), seeds 0, 1 and 2: recall
+   accuracy on 1,000 fresh sequences.
+2. **state** (``--only state``): the fixed-state models with smaller and larger states
+   (:data:`STATE_SIZES`) on the hardest task: accuracy against the numbers a model carries.
+3. **generation** (``--only generation``): :func:`attnbook.recall.generation_cost`, one layer of
+   softmax attention with its cache against one selective state-space layer, seconds and bytes
+   per generated token at t = 256 .. 65,536, one thread (run it on a quiet machine: the times
+   are the result).
+
+Every call merges its rows into the file by their key (part, mixer, T, pairs, state setting,
+seed; generation: mixer and t); the settings must match the file's. The JSON
+(:mod:`attnbook.store`'s format) carries the provenance of every call.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+
+from .. import store
+from ..cli import Parser, fail
+from ..record import command_line, record
+from ..recall import (MIXERS, generation_cost, mqar_batch, recall_accuracy, recall_model,
+                      state_numbers, train_recall, vocab_size)
+from ..utils import count_parameters, deterministic
+from .registry import SEEDS
+
+SETTINGS = dict(d_model=32, n_layers=2, n_keys=16, n_values=16, steps=1500, batch_size=64,
+                lr=3e-3, warmup=50, eval_sequences=1000, eval_seed=1234)
+TASKS = [(16, 4), (32, 4), (32, 8)]                       # (T, n_pairs)
+DEFAULTS = {"attention": dict(h=4), "linear": dict(h=4), "gated": dict(d_state=32),
+            "lti": dict(d_state=8), "selective": dict(d_state=8), "hybrid": dict(d_state=8)}
+STATE_SIZES = {"linear": [dict(h=8), dict(h=1)], "gated": [dict(d_state=8), dict(d_state=128)],
+               "lti": [dict(d_state=2), dict(d_state=32)],
+               "selective": [dict(d_state=2), dict(d_state=16)]}
+GENERATION = dict(lengths=[256, 1024, 4096, 16384, 65536], d_model=256, h=4, d_state=16,
+                  steps=32)
+PARTS = ("pairs", "state", "generation")
+KEY = ("part", "mixer", "T", "n_pairs", "h", "d_state", "seed")
+
+
+def jobs(part: str, seeds) -> list[dict]:
+    """The runs of a part, most expensive first (so that two processes finish together)."""
+    out = []
+    if part == "pairs":
+        for T, n_pairs in TASKS:
+            out += [dict(part=part, mixer=m, T=T, n_pairs=n_pairs, **DEFAULTS[m]) for m in MIXERS]
+    else:
+        T, n_pairs = TASKS[-1]
+        out += [dict(part=part, mixer=m, T=T, n_pairs=n_pairs, **size)
+                for m, sizes in STATE_SIZES.items() for size in sizes]
+    out = [{"h": 4, "d_state": 8, **j, "seed": s} for j in out for s in seeds]
+    def cost(j):        # the selective scan's tensors grow with d_state; the others' little
+        return j["T"] * {"selective": 4 * max(j["d_state"], 4) / 8, "hybrid": 3}.get(j["mixer"], 1)
+    return sorted(out, key=lambda j: -cost(j))
+
+
+def run_one(job: dict, steps: int | None = None) -> dict:
+    """Train one model from its seed on fresh MQAR batches and score it on the task's fixed
+    evaluation sequences; the job's fields, its size, state and accuracy."""
+    torch.set_num_threads(1)
+    s = SETTINGS
+    deterministic(job["seed"])
+    V = vocab_size(s["n_keys"], s["n_values"])
+    model = recall_model(job["mixer"], V, d_model=s["d_model"], n_layers=s["n_layers"],
+                         h=job["h"], d_state=job["d_state"])
+    start = time.perf_counter()
+    losses = train_recall(model, job["n_pairs"], job["T"], steps or s["steps"], s["n_keys"],
+                          s["n_values"], s["batch_size"], s["lr"], s["warmup"], job["seed"])
+    seconds = time.perf_counter() - start
+    test = mqar_batch(s["eval_sequences"], job["n_pairs"], job["T"], s["n_keys"], s["n_values"],
+                      torch.Generator().manual_seed(s["eval_seed"]))
+    return {**job, "params": count_parameters(model),
+            "state_numbers": state_numbers(model, job["T"]),
+            "accuracy": round(recall_accuracy(model, test), 4),
+            "final_loss": round(sum(losses[-50:]) / len(losses[-50:]), 4),
+            "train_seconds": round(seconds, 1)}
+
+
+def _run(args) -> dict:
+    return run_one(*args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = Parser(prog="python -m attnbook.experiments.recall_runs",
+               description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="the JSON file to write (or merge into)")
+    p.add_argument("--only", action="append", choices=PARTS, metavar="PART",
+                   help="run only this part (repeatable): " + ", ".join(PARTS))
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), metavar="SEED",
+                   help="seeds (default: 0 1 2)")
+    p.add_argument("--jobs", type=int, default=2, help="processes at once, one thread each")
+    p.add_argument("--steps", type=int, default=None, help="training steps instead of "
+                   "SETTINGS' (the tests' tiny run; such a file is not the chapter's)")
+    p.add_argument("--lengths", type=int, nargs="+", default=None,
+                   help="generation: the lengths t instead of GENERATION's (the tests)")
+    p.add_argument("--note", default="", help="a note stored with the results")
+    args = p.parse_args(argv)
+    parts = list(dict.fromkeys(args.only or PARTS))
+    settings = SETTINGS | ({"steps": args.steps} if args.steps else {})
+    generation = GENERATION | ({"lengths": args.lengths} if args.lengths else {})
+    old = None
+    if args.out.is_file():
+        try:
+            old = store.read(args.out)
+        except store.ResultError as e:
+            return fail(e)
+    command = command_line("attnbook.experiments.recall_runs",
+                           sys.argv[1:] if argv is None else argv)
+    runs, gen = [], []
+    with record(command, threads=1, processes=args.jobs, note=args.note) as call:
+        todo = [j for part in parts if part != "generation" for j in jobs(part, args.seeds)]
+        if todo and args.jobs > 1:
+            with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+                runs = list(pool.map(_run, [(j, args.steps) for j in todo]))
+        else:
+            runs = [run_one(j, args.steps) for j in todo]
+        for r in runs:
+            print(f"{r['part']:5s} {r['mixer']:9s} T={r['T']:3d} pairs={r['n_pairs']} "
+                  f"state={r['state_numbers']:6d}: accuracy {r['accuracy']:.3f} "
+                  f"({r['train_seconds']:.0f} s)")
+        if "generation" in parts:
+            torch.set_num_threads(1)
+            kw = {k: generation[k] for k in ("d_model", "h", "d_state", "steps")}
+            gen = [row | {"s_per_token": round(row["s_per_token"], 7)}
+                   for kind in ("attention", "selective")
+                   for row in generation_cost(kind, generation["lengths"], **kw)]
+    data = {"settings": settings, "tasks": TASKS, "generation_settings": generation,
+            "runs": sorted(runs, key=lambda r: [str(r[k]) for k in KEY]), "generation": gen}
+    new = store.result("recall", data, call)
+    try:
+        if old is not None:
+            new = store.merge(old, new, "runs", by=KEY, same=("settings", "generation_settings"))
+            if "generation" in parts:
+                new["generation"] = gen
+            else:
+                new["generation"] = old.get("generation", [])
+            new["calls"][-1]["rows"] = parts
+        else:
+            new["calls"][0]["rows"] = parts
+    except store.ResultError as e:
+        return fail(e)
+    store.write(args.out, new)
+    print(f"wrote {args.out} ({', '.join(parts)}) in {call.wall_s:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

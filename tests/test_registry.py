@@ -48,6 +48,8 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
     (["run", "toy_seeds", "--seeds", "0"], "--seeds without --only would replace "
                                            "results/cpu/toy_seeds.json"),
     (["run"], "give an experiment's NAME, or --list"),
+    (["run", "recall", "--only", "pairs", "--only", "state"], "one --only KEY per call (got "
+                                                              "pairs, state)"),
 ])
 def test_mistakes_are_one_line(argv, message, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)                     # where results/ is

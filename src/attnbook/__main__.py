@@ -43,7 +43,8 @@ def run_command(argv: list[str]) -> int:
     p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
                    help="other seeds than the experiment's (default 0 1 2); on an existing "
                         "result only with --only or --tiny")
-    p.add_argument("--only", metavar="KEY", help="run one part (merged by key into the file)")
+    p.add_argument("--only", metavar="KEY", action="append",
+                   help="run one part (merged by key into the file); one --only per call")
     p.add_argument("--tiny", action="store_true", help="a tiny run (seconds; the tests)")
     p.add_argument("--out", help="with --tiny: the folder to write into, relative to the "
                                  "repository (default runs/tiny/NAME)")
@@ -54,6 +55,10 @@ def run_command(argv: list[str]) -> int:
     if args.name is None:
         p.error("give an experiment's NAME, or --list")
     e = EXPERIMENTS[args.name]
+    if args.only and len(args.only) > 1:
+        return fail(f"one --only KEY per call (got {', '.join(args.only)}): run the command "
+                    "once for each part")
+    args.only = args.only[0] if args.only else None
     if args.tiny and not e.tiny:
         return fail(f"{e.name} has no tiny run (it needs {e.needs or 'a long run'}); run it "
                     "without --tiny")

@@ -14,7 +14,7 @@ import torch
 from attnbook.experiments import gpu_run
 from attnbook.benchmarks.suite import SECTIONS
 from attnbook.store import figure_provenance, load
-from attnbook import record
+from attnbook import record, store
 from attnbook.benchmarks.attention import bench_attention
 from attnbook.training.recipe import preset
 from commandline import run_main
@@ -354,3 +354,23 @@ def test_the_prepared_gpu_plans_fit_their_calls():
             assert plan.train_seconds * len(plan.candidates) < plan.limits["train"]
         for c in plan.candidates:
             gpu_run.candidate_config(plan, c)                 # raises on an invalid one
+
+
+def test_the_recall_plan_measures_generation_and_collect_takes_its_file(tmp_path):
+    """The plan 'recall' (chapter 13's cost of generating on a GPU), dry: the check, then
+    recall_runs --only generation in OUT; --collect copies its file to results/gpu/."""
+    out = tmp_path / "out"
+    assert gpu_run.main(["--dry-run", "--plan", "recall", "--out", str(out),
+                         "--work", str(tmp_path / "work")]) == 0
+    summary = json.loads((out / "gpu_run.json").read_text())
+    assert list(summary["parts"]) == ["check", "recall-generation"]
+    assert all(p["status"] == "ok" for p in summary["parts"].values())
+    made = store.read(out / "recall_generation.json")
+    # on the CPU (the dry run) the file is the CPU experiment's kind; on a GPU "recall_gpu"
+    assert made["experiment"] == "recall" and made["generation_settings"]["lengths"] == [64, 128]
+    assert {(g["mixer"], g["t"]) for g in made["generation"]} == {
+        (m, t) for m in ("attention", "selective") for t in (64, 128)}
+    copied = gpu_run.collect(out, tmp_path / "results", allow_dry=True)
+    assert tmp_path / "results" / "gpu" / "recall_generation.json" in copied
+    plan = gpu_run.PLANS["recall"]
+    assert sum(plan.limits[p] for p in plan.parts) <= plan.minutes * 60

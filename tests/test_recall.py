@@ -1,5 +1,7 @@
 """Multi-query associative recall (attnbook.recall): the task says what it promises, the models
 build and train, and their state sizes are what generating them keeps."""
+import json
+
 import pytest
 import torch
 
@@ -76,3 +78,34 @@ def test_generation_cost_counts_the_cache_and_the_state_it_holds():
     assert all(0 < r["s_per_token"] < 1 for r in rows)
     with pytest.raises(ValueError, match="'attention' or 'selective'"):
         generation_cost("gated", [8])
+
+
+def test_the_experiments_conv_part_takes_the_convolution_out():
+    """recall_runs' "conv" part: the selective and hybrid models of every task with d_conv=1,
+    so they keep no window (d x 3 numbers a selective layer fewer than in the "pairs" part)."""
+    from attnbook.experiments.recall_runs import TASKS, jobs, run_one
+    conv = jobs("conv", [0])
+    assert sorted((j["mixer"], j["T"], j["n_pairs"]) for j in conv) == sorted(
+        (m, T, n) for m in ("selective", "hybrid") for T, n in TASKS)
+    job = next(j for j in conv if j["mixer"] == "selective" and j["T"] == 16)
+    without = run_one(job, steps=1)
+    with_conv = run_one({**job, "part": "pairs"}, steps=1)
+    assert with_conv["state_numbers"] - without["state_numbers"] == 2 * 32 * 3   # 2 layers
+    assert with_conv["params"] - without["params"] == 2 * 32 * 3                 # the taps
+
+
+def test_a_gpu_generation_is_its_own_experiment(tmp_path, monkeypatch):
+    """recall_runs --device cuda names the device in the settings and writes experiment
+    "recall_gpu", so it never merges into the CPU's file (a GPU is faked: the CPU measures)."""
+    from attnbook.experiments import recall_runs
+    seen = []
+    monkeypatch.setattr(recall_runs, "generation_cost",
+                        lambda kind, lengths, device, **kw: seen.append(device) or
+                        [{"mixer": kind, "t": t, "s_per_token": 1e-4, "state_bytes": 8}
+                         for t in lengths])
+    out = tmp_path / "gpu.json"
+    assert recall_runs.main(["--only", "generation", "--device", "cuda", "--lengths", "8",
+                             "--out", str(out)]) == 0
+    made = json.loads(out.read_text())
+    assert made["experiment"] == "recall_gpu" and made["generation_settings"]["device"] == "cuda"
+    assert seen == ["cuda", "cuda"] and len(made["generation"]) == 2

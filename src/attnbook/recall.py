@@ -82,13 +82,14 @@ MIXERS = ("attention", "linear", "gated", "lti", "selective", "hybrid")
 
 
 def recall_model(kind: str, vocab: int, d_model: int = 64, n_layers: int = 2, h: int = 4,
-                 d_state: int = 16) -> SelfAttentionStack:
+                 d_state: int = 16, d_conv: int = 4) -> SelfAttentionStack:
     """Chapter 12's decoder-only stack (``SelfAttentionStack(cfg, causal=True)``, sinusoidal
     positions, post-norm blocks with a feed-forward network) with the mixer ``kind`` in every
     block: "attention" (softmax, MultiHeadAttention), "linear" (LinearAttention), "gated"
     (GatedRecurrence with ``d_state`` channels), "lti" (LTISSM, S4D) or "selective"
     (SelectiveSSM, Mamba), each state-space layer with ``d_state`` numbers per channel; "hybrid"
-    is selective in every block but the last, which keeps attention.
+    is selective in every block but the last, which keeps attention. ``d_conv``: the taps of
+    the selective layers' short convolution (1: none).
     forward(ids (B, T)) -> logits (B, T, vocab).
     """
     if kind not in MIXERS:
@@ -104,7 +105,8 @@ def recall_model(kind: str, vocab: int, d_model: int = 64, n_layers: int = 2, h:
                            "linear": lambda: LinearAttention(d_model, h),
                            "gated": lambda: GatedRecurrence(d_model, d_state),
                            "lti": lambda: LTISSM(d_model, d_state),
-                           "selective": lambda: SelectiveSSM(d_model, d_state)}[mixer]()
+                           "selective": lambda: SelectiveSSM(d_model, d_state,
+                                                             d_conv=d_conv)}[mixer]()
     return model
 
 
@@ -164,7 +166,7 @@ def train_recall(model, n_pairs: int, T: int, steps: int, n_keys: int = 64, n_va
 
 @torch.no_grad()
 def generation_cost(kind: str, lengths, d_model: int = 256, h: int = 4, d_state: int = 16,
-                    steps: int = 32, seed: int = 0) -> list[dict]:
+                    steps: int = 32, seed: int = 0, device: str = "cpu") -> list[dict]:
     """Time and memory of generating one more token after t tokens, for one mixer layer and one
     sequence: "attention" (MultiHeadAttention with its key/value cache) or "selective"
     (SelectiveSSM.step with its state).
@@ -172,8 +174,10 @@ def generation_cost(kind: str, lengths, d_model: int = 256, h: int = 4, d_state:
     For each t in ``lengths`` (increasing) the layer first reads t random inputs (attention in
     one causal pass that fills the cache; the state-space layer one step at a time, as it would
     have generated them), then generates ``steps`` more positions one at a time; the row gives
-    the median seconds of those steps and the bytes of the cache or state after the t tokens. The book's cache grows with ``torch.cat``, which copies it at every step.
-    Returns one dict a length: {"mixer", "t", "s_per_token", "state_bytes"}.
+    the median seconds of those steps and the bytes of the cache or state after the t tokens.
+    The book's cache grows with ``torch.cat``, which copies it at every step. On a GPU
+    (``device="cuda"``) each step is timed to its end (``torch.cuda.synchronize``). Returns one
+    dict a length: {"mixer", "t", "s_per_token", "state_bytes"}.
     """
     torch.manual_seed(seed)
     if kind == "attention":
@@ -182,24 +186,28 @@ def generation_cost(kind: str, lengths, d_model: int = 256, h: int = 4, d_state:
         layer = SelectiveSSM(d_model, d_state).eval()
     else:
         raise ValueError(f"generation_cost measures 'attention' or 'selective', got {kind!r}")
+    layer = layer.to(device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     rows = []
     for t in lengths:
-        x = torch.randn(1, t + steps, d_model)                     # (1, t + steps, d_model)
+        x = torch.randn(1, t + steps, d_model).to(device)         # (1, t + steps, d_model)
         cache, state = {}, None
         if kind == "attention":
             layer(x[:, :t], causal=True, cache=cache)               # the cache: (1, h, t, d_k) x 2
         else:
             for i in range(t):
-                _, state = layer.step(x[:, i], state)               # (1, d, d_state)
+                _, state = layer.step(x[:, i], state)               # (window, h)
         held = [cache["k"], cache["v"]] if kind == "attention" else list(state)
         held = sum(a.numel() * a.element_size() for a in held)      # bytes, after t tokens
         times = []
         for i in range(t, t + steps):
+            sync()
             start = time.perf_counter()
             if kind == "attention":
                 layer(x[:, i:i + 1], causal=True, cache=cache)
             else:
                 _, state = layer.step(x[:, i], state)
+            sync()
             times.append(time.perf_counter() - start)
         rows.append({"mixer": kind, "t": t, "s_per_token": sorted(times)[len(times) // 2],
                      "state_bytes": held})

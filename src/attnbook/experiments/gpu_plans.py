@@ -128,7 +128,17 @@ SELECT = Plan("select", "cuda", "gpu-base",
               train_seconds=240, eval_every=50, threads=4, test_sentences=0, beam=4, minutes=9.5,
               limits={"check": 30, "train": 2 * 270, "score": 45}, compile=False,
               parts=("check", "train", "score"), alone=True)
-PLANS = {"full": FULL, "eager": EAGER, "seeds": SEEDS, "select": SELECT, "dry": DRY,
+# One layer's cost of generating on the GPU (chapter 13; attnbook.recall.generation_cost): the
+# attention cache against the selective state, as results/cpu/recall.json measured the CPU.
+RECALL = Plan("recall", "cuda", "gpu-base", {}, train_seconds=0, eval_every=50, threads=1,
+              test_sentences=0, beam=4, minutes=2.5,
+              limits={"check": 30, "recall-generation": 100}, compile=False,
+              parts=("check", "recall-generation"))
+EXTRA_PARTS = ("recall-generation",)          # parts that only some plans run
+PLANS = {"full": FULL, "recall": RECALL,
+         "dry-recall": replace(DRY, name="dry-recall", candidates={},
+                               parts=("check", "recall-generation"),
+                               limits={"check": 60, "recall-generation": 60}), "eager": EAGER, "seeds": SEEDS, "select": SELECT, "dry": DRY,
          "dry-seeds": DRY_SEEDS, "dry-select": replace(DRY, name="dry-select",
                                                        candidates=dict(list(DRY_CANDIDATES.items())[:2]),
                                                        alone=True, parts=("check", "train", "score"))}

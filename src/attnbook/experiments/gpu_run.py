@@ -85,7 +85,8 @@ MIN_TORCH = (2, 4)                        # the oldest PyTorch the call's code p
 SCHEMA = 1
 
 from .gpu_plans import (BENCH_PARTS, CANDIDATES, DRY, DRY_CANDIDATES, DRY_SEEDS,  # noqa: F401
-                        DRY_SEEDS_CANDIDATES, EAGER, FAMILIES, FULL, PARTS, PLANS, SEED_FAMILIES,
+                        DRY_SEEDS_CANDIDATES, EAGER, EXTRA_PARTS, FAMILIES, FULL, PARTS, PLANS,
+                        SEED_FAMILIES,
                         SEEDS, SEEDS_CANDIDATES, SELECT, Plan)
 
 
@@ -308,6 +309,11 @@ def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
         return [me + ["_candidate", plan.name, str(work), n] for n in plan.candidates]
     if part in ("check", "score"):
         return [me + ["_" + part, plan.name, str(work)]]
+    if part == "recall-generation":                # run in OUT: the file lands there
+        return [[sys.executable, "-m", "attnbook.experiments.recall_runs", "--only",
+                 "generation", "--device", plan.device, "--out", "recall_generation.json",
+                 "--note", "the GPU call (python -m attnbook.experiments.gpu_run --plan recall)"]
+                + (["--lengths", "64", "128"] if plan.dry else [])]
     section = part.removeprefix("bench-")          # run in OUT, so that --out is relative
     return [[sys.executable, "-m", "attnbook.benchmarks", "--only", section, "--device",
              plan.device, "--out", plan.device, "--short", "--no-plots",
@@ -347,7 +353,7 @@ def run_parts(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=Non
             continue
         with open(log, "a") as f:
             f.write(f"\n=== {part} (limit {min(plan.limits[part], left):.0f} s) ===\n")
-        cwd = out if part.startswith("bench-") else None
+        cwd = out if part.startswith("bench-") or part in EXTRA_PARTS else None
         commands, limit = part_commands(part, plan, work), min(plan.limits[part], left)
         if part == "train" and plan.alone:         # one after another: the GPU to each alone
             parts[part] = run_one_at_a_time(commands, limit, log, env)
@@ -454,7 +460,8 @@ def collect(src: Path, results: Path, allow_dry: bool = False) -> list[Path]:
                          "collect the files of a call made on a GPU")
     device, stem = summary["plan"]["device"], result_stem(summary["plan"]["name"])
     files = [(summary_path, results / "gpu" / f"{stem}.json"),
-             (src / "gpu_run.png", results / "gpu" / f"{stem}.png")]
+             (src / "gpu_run.png", results / "gpu" / f"{stem}.png"),
+             (src / "recall_generation.json", results / "gpu" / "recall_generation.json")]
     files += [(f, results / "bench" / device / f.name)
               for f in sorted((src / device).glob("*.json"))]
     copied = []
@@ -497,8 +504,11 @@ def main(argv: list[str] | None = None) -> int:
                         "bootstrap, about six minutes; select: gpu-base against dropout 0.3, "
                         "each alone for four minutes; families0, families1, families2: the four "
                         "families alone for 80 s each, one seed a call, scored both ways with the "
-                        "bootstrap (with --dry-run: each one's tiny version)")
-    p.add_argument("--only", action="append", choices=PARTS, help="run only this part "
+                        "bootstrap; recall: chapter 13's cost of generating, attention's "
+                        "cache against the selective state, about two minutes (with "
+                        "--dry-run: each one's tiny version)")
+    p.add_argument("--only", action="append", choices=PARTS + EXTRA_PARTS,
+                   help="run only this part "
                    "(repeatable; the parts after check read what earlier calls left in --work)")
     p.add_argument("--work", type=Path, help="folder for runs and caches (default: a new "
                                              "temporary folder)")

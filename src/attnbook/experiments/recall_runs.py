@@ -8,10 +8,12 @@
    accuracy on 1,000 fresh sequences.
 2. **state** (``--only state``): the fixed-state models with smaller and larger states
    (:data:`STATE_SIZES`) on the hardest task: accuracy against the numbers a model carries.
-3. **generation** (``--only generation``): :func:`attnbook.recall.generation_cost`, one layer of
+3. **conv** (``--only conv``): the hybrid and the selective model without their short
+   convolution (``d_conv=1``) on the three tasks: what the convolution does for recall.
+4. **generation** (``--only generation``): :func:`attnbook.recall.generation_cost`, one layer of
    softmax attention with its cache against one selective state-space layer, seconds and bytes
    per generated token at t = 256 .. 65,536, one thread (run it on a quiet machine: the times
-   are the result).
+   are the result); ``--device cuda`` measures a GPU (the GPU call's plan "recall" runs it).
 
 Every call merges its rows into the file by their key (part, mixer, T, pairs, state setting,
 seed; generation: mixer and t); the settings must match the file's. The JSON
@@ -45,8 +47,8 @@ STATE_SIZES = {"linear": [dict(h=8), dict(h=1)], "gated": [dict(d_state=8), dict
                "selective": [dict(d_state=2), dict(d_state=16)]}
 GENERATION = dict(lengths=[256, 1024, 4096, 16384, 65536], d_model=256, h=4, d_state=16,
                   steps=32)
-PARTS = ("pairs", "state", "generation")
-KEY = ("part", "mixer", "T", "n_pairs", "h", "d_state", "seed")
+PARTS = ("pairs", "state", "conv", "generation")
+KEY = ("part", "mixer", "T", "n_pairs", "h", "d_state", "seed")    # "conv" rows: d_conv = 1
 
 
 def jobs(part: str, seeds) -> list[dict]:
@@ -55,6 +57,10 @@ def jobs(part: str, seeds) -> list[dict]:
     if part == "pairs":
         for T, n_pairs in TASKS:
             out += [dict(part=part, mixer=m, T=T, n_pairs=n_pairs, **DEFAULTS[m]) for m in MIXERS]
+    elif part == "conv":
+        for T, n_pairs in TASKS:
+            out += [dict(part=part, mixer=m, T=T, n_pairs=n_pairs, **DEFAULTS[m])
+                    for m in ("selective", "hybrid")]
     else:
         T, n_pairs = TASKS[-1]
         out += [dict(part=part, mixer=m, T=T, n_pairs=n_pairs, **size)
@@ -73,7 +79,8 @@ def run_one(job: dict, steps: int | None = None) -> dict:
     deterministic(job["seed"])
     V = vocab_size(s["n_keys"], s["n_values"])
     model = recall_model(job["mixer"], V, d_model=s["d_model"], n_layers=s["n_layers"],
-                         h=job["h"], d_state=job["d_state"])
+                         h=job["h"], d_state=job["d_state"],
+                         d_conv=1 if job["part"] == "conv" else 4)
     start = time.perf_counter()
     losses = train_recall(model, job["n_pairs"], job["T"], steps or s["steps"], s["n_keys"],
                           s["n_values"], s["batch_size"], s["lr"], s["warmup"], job["seed"])
@@ -104,11 +111,14 @@ def main(argv: list[str] | None = None) -> int:
                    "SETTINGS' (the tests' tiny run; such a file is not the chapter's)")
     p.add_argument("--lengths", type=int, nargs="+", default=None,
                    help="generation: the lengths t instead of GENERATION's (the tests)")
+    p.add_argument("--device", default="cpu", help="generation: the device (cpu, or cuda in "
+                   "the GPU call's plan 'recall'); the training parts run on the CPU")
     p.add_argument("--note", default="", help="a note stored with the results")
     args = p.parse_args(argv)
     parts = list(dict.fromkeys(args.only or PARTS))
     settings = SETTINGS | ({"steps": args.steps} if args.steps else {})
-    generation = GENERATION | ({"lengths": args.lengths} if args.lengths else {})
+    generation = GENERATION | ({"lengths": args.lengths} if args.lengths else {}) \
+        | ({"device": args.device} if args.device != "cpu" else {})     # named when not the CPU
     old = None
     if args.out.is_file():
         try:
@@ -134,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             kw = {k: generation[k] for k in ("d_model", "h", "d_state", "steps")}
             gen = [row | {"s_per_token": round(row["s_per_token"], 7)}
                    for kind in ("attention", "selective")
-                   for row in generation_cost(kind, generation["lengths"], **kw)]
+                   for row in generation_cost(kind, generation["lengths"], **kw,
+                                              device=args.device)]
     data = {"settings": settings, "tasks": TASKS, "generation_settings": generation,
             "runs": sorted(runs, key=lambda r: [str(r[k]) for k in KEY]), "generation": gen}
-    new = store.result("recall", data, call)
+    new = store.result("recall" if args.device == "cpu" else "recall_gpu", data, call)
     try:
         if old is not None:
             new = store.merge(old, new, "runs", by=KEY, same=("settings", "generation_settings"))

@@ -27,6 +27,7 @@ COMMANDS = {
     "exercise_runs": ("attnbook.experiments.exercise_runs", "the measurements the exercises' solutions quote"),
     "head_ablation": ("attnbook.experiments.head_ablation", "the explorer's head knock-outs"),
     "beyond_runs": ("attnbook.experiments.beyond_runs", "chapter 13's measurements"),
+    "recall_runs": ("attnbook.experiments.recall_runs", "chapter 13's recall and generation costs"),
     "arithmetics": ("attnbook.experiments.arithmetics", "the same runs with three of PyTorch's kernel sets"),
     "benchmarks": ("attnbook.benchmarks", "the benchmark suite (appendix Performance)"),
     # the book's tooling

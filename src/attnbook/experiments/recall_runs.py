@@ -1,6 +1,6 @@
 """Chapter 13's recall experiment (MQAR, :mod:`attnbook.recall`) and what generating costs.
 
-    python -m attnbook run recall            # about 25 minutes of 2 cores
+    python -m attnbook run recall --only PART     # about 35 minutes of 2 cores for all four
 
 1. **pairs** (``--only pairs``): the six models of :data:`attnbook.recall.MIXERS` at
    :data:`SETTINGS`, each at its default state size (:data:`DEFAULTS`), on three tasks

@@ -208,7 +208,8 @@ EXPERIMENTS = {e.name: e for e in [
          tiny=("--dry-run", "--plan", "seeds", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then bash tools/gpu_run.sh --plan seeds, then "
                "--collect"),
-    _exp("recall_gpu", "experiments.gpu_run", ("gpu/recall_generation.json",), "chapter 13",
+    _exp("recall_gpu", "experiments.gpu_run", ("gpu/recall_generation.json",),
+         "nothing yet (chapter 13 will, once a GPU has measured it)",
          ("--plan", "recall", "--out", "OUT"), seeds_flag="",
          tiny=("--dry-run", "--plan", "recall", "--out", "{out}"),
          needs="a GPU machine: make gpu-data, then bash tools/gpu_run.sh --plan recall, then "

@@ -298,25 +298,28 @@ class SelectiveSSM(nn.Module):
 
     def _inputs(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
                 window: torch.Tensor | None = None):
-        """u, Abar, bbar, c of the positions of x (B, T, d_model); ``window``: the last
-        d_conv - 1 values of W_u x before them, (B, d, d_conv - 1), or None (zeros: the start)."""
+        """u, Abar, bbar, c of the positions of x (B, T, d_model), and the convolution's next
+        window; ``window``: the last d_conv - 1 values of W_u x before them, (B, d, d_conv - 1),
+        or None (zeros: the start)."""
         v = self.W_u(x).transpose(1, 2)                             # (B, d, T)
         if window is None:
             window = v.new_zeros(*v.shape[:2], self.d_conv - 1)
-        u = F.silu(self.conv(torch.cat([window, v], -1))).transpose(1, 2)   # (B, T, d)
+        seen = torch.cat([window, v], -1)                           # (B, d, d_conv - 1 + T)
+        u = F.silu(self.conv(seen)).transpose(1, 2)                 # (B, T, d)
         delta = F.softplus(self.W_delta(x))                         # (B, T, d)
         if key_mask is not None:
             delta = delta * key_mask[..., None]                     # padding: no time passes
         A = -torch.exp(self.log_neg_A)                              # (d, d_state)
         Abar, bbar = discretize(delta, A, self.W_b(x)[..., None, :])  # (B, T, d, d_state)
-        return u, Abar, bbar, self.W_c(x)                           # c: (B, T, d_state)
+        window = seen[..., seen.shape[-1] - (self.d_conv - 1):]     # (B, d, d_conv - 1)
+        return u, Abar, bbar, self.W_c(x), window                   # c: (B, T, d_state)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None, causal: bool = True,
                 need_weights: bool = False, cache: dict | None = None):
         check_recurrent_call(self, x, context, key_mask, causal, need_weights, cache,
                              "use step() to generate: its state is the cache")
-        u, Abar, bbar, c = self._inputs(x, key_mask)
+        u, Abar, bbar, c, _ = self._inputs(x, key_mask)
         scan = selective_scan if self.scan == "sequential" else selective_scan_parallel
         y = scan(u, Abar, bbar, c) + self.D * u                     # (B, T, d)
         return self.W_o(y * F.silu(self.W_g(x))), None              # (B, T, d_model)
@@ -327,11 +330,8 @@ class SelectiveSSM(nn.Module):
         d_conv - 1 inputs (B, d, d_conv - 1) and the scan's h (B, d, d_state). Its size does not
         depend on how many tokens came before: generating costs the same at every position."""
         window, h = (None, None) if state is None else state
-        if window is None:
-            window = x_t.new_zeros(x_t.shape[0], self.d, self.d_conv - 1)
-        u, Abar, bbar, c = self._inputs(x_t[:, None], window=window)   # one position
+        u, Abar, bbar, c, window = self._inputs(x_t[:, None], window=window)   # one position
         h = torch.zeros_like(bbar[:, 0]) if h is None else h
         h = Abar[:, 0] * h + bbar[:, 0] * u[:, 0, :, None]          # (B, d, d_state)
         y = (h * c[:, 0, None, :]).sum(-1) + self.D * u[:, 0]       # (B, d)
-        window = torch.cat([window, self.W_u(x_t)[..., None]], -1)[..., 1:]  # (B, d, d_conv - 1)
         return self.W_o(y * F.silu(self.W_g(x_t))), (window, h)

@@ -134,13 +134,13 @@ RECALL = Plan("recall", "cuda", "gpu-base", {}, train_seconds=0, eval_every=50, 
               test_sentences=0, beam=4, minutes=2.5,
               limits={"check": 30, "recall-generation": 100}, compile=False,
               parts=("check", "recall-generation"))
+DRY_RECALL = replace(DRY, name="dry-recall", candidates={}, parts=RECALL.parts,
+                     limits={"check": 60, "recall-generation": 60})
 EXTRA_PARTS = ("recall-generation",)          # parts that only some plans run
-PLANS = {"full": FULL, "recall": RECALL,
-         "dry-recall": replace(DRY, name="dry-recall", candidates={},
-                               parts=("check", "recall-generation"),
-                               limits={"check": 60, "recall-generation": 60}), "eager": EAGER, "seeds": SEEDS, "select": SELECT, "dry": DRY,
-         "dry-seeds": DRY_SEEDS, "dry-select": replace(DRY, name="dry-select",
-                                                       candidates=dict(list(DRY_CANDIDATES.items())[:2]),
-                                                       alone=True, parts=("check", "train", "score"))}
+PLANS = {"full": FULL, "eager": EAGER, "seeds": SEEDS, "select": SELECT, "recall": RECALL,
+         "dry": DRY, "dry-recall": DRY_RECALL, "dry-seeds": DRY_SEEDS,
+         "dry-select": replace(DRY, name="dry-select",
+                               candidates=dict(list(DRY_CANDIDATES.items())[:2]),
+                               alone=True, parts=("check", "train", "score"))}
 PLANS.update({f"families{k}": families(k) for k in range(3)})
 PLANS.update({f"dry-families{k}": families(k, dry=True) for k in range(3)})

@@ -152,13 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if old is not None:
             new = store.merge(old, new, "runs", by=KEY, same=("settings", "generation_settings"))
-            if "generation" in parts:
-                new["generation"] = gen
-            else:
-                new["generation"] = old.get("generation", [])
-            new["calls"][-1]["rows"] = parts
-        else:
-            new["calls"][0]["rows"] = parts
+            new["generation"] = gen if "generation" in parts else old.get("generation", [])
+        new["calls"][-1]["rows"] = parts
     except store.ResultError as e:
         return fail(e)
     store.write(args.out, new)

@@ -461,22 +461,6 @@ def test_page_in_the_browser(docname, source, site, visit, screenshots):
 
     page.screenshot(path=str(screenshots / shot_name(docname)))
 
-    # A phone: nothing may make the page scroll sideways (wide equations and code scroll
-    # inside their own boxes).
-    page.set_viewport_size({"width": MOBILE_WIDTH, "height": 800})
-    page.wait_for_function(SETTLED)  # the theme slides its sidebars away
-    width = page.evaluate("() => document.documentElement.scrollWidth")
-    if width > MOBILE_WIDTH + 2:
-        problems.append(f"at {MOBILE_WIDTH} px the page scrolls sideways (scrollWidth {width}); "
-                        "too wide: " + "; ".join(page.evaluate(TOO_WIDE, MOBILE_WIDTH + 2)))
-    cut = page.evaluate(CUT_OFF)
-    if cut:
-        problems.append(f"at {MOBILE_WIDTH} px content is cut off at the column's edge (neither "
-                        "shown nor scrollable): " + "; ".join(cut))
-    page.screenshot(path=str(screenshots / shot_name(docname, f"-{MOBILE_WIDTH}px")))
-    page.set_viewport_size({"width": 1280, "height": 900})
-    page.wait_for_function(SETTLED)
-
     # Interaction: a solution opens on a click; the notebook's buttons and set-up cell.
     if state["solutions"] and not problems:
         first = page.locator(".solution.dropdown").first
@@ -493,6 +477,21 @@ def test_page_in_the_browser(docname, source, site, visit, screenshots):
                 first.screenshot(path=str(screenshots / shot_name(docname, "-solution")))
     if source.suffix == ".ipynb":
         problems += notebook_page_problems(page, docname, source)
+
+    # A phone, last (with a solution and the set-up cell opened above, if the page has them):
+    # nothing may make the page scroll sideways (wide equations and code scroll inside their
+    # own boxes).
+    page.set_viewport_size({"width": MOBILE_WIDTH, "height": 800})
+    page.wait_for_function(SETTLED)  # the theme slides its sidebars away
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    if width > MOBILE_WIDTH + 2:
+        problems.append(f"at {MOBILE_WIDTH} px the page scrolls sideways (scrollWidth {width}); "
+                        "too wide: " + "; ".join(page.evaluate(TOO_WIDE, MOBILE_WIDTH + 2)))
+    cut = page.evaluate(CUT_OFF)
+    if cut:
+        problems.append(f"at {MOBILE_WIDTH} px content is cut off at the column's edge (neither "
+                        "shown nor scrollable): " + "; ".join(cut))
+    page.screenshot(path=str(screenshots / shot_name(docname, f"-{MOBILE_WIDTH}px")))
 
     problems = v.problems + problems  # failed requests and console errors, up to now
     assert not problems, f"{docname}:\n  " + "\n  ".join(problems)

@@ -62,6 +62,12 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
         [(1, 1e-2, "post", 0), (1, 1e-2, "pre", 0)]
     assert [(x["norm"], x["last50"]["mean"]) for x in warm["summary"]] == \
         [(r["norm"], round(r["last50"], 4)) for r in warm["runs"]]
+    assert [(r["norm"], r["warmup"], r["seed"]) for r in warm["chapter"]] == \
+        [("post", 0, 0), ("pre", 0, 0), ("post", 2, 0), ("pre", 2, 0)]
+    assert all(len(r["losses"]) == 3 and 0 < r["p_right"] < 1 for r in warm["chapter"])
+    # without warm-up the chapter's runs are the exercise's runs at its depth and rate
+    assert [round(r["last50"], 6) for r in warm["chapter"][:2]] == \
+        [round(r["last50"], 6) for r in warm["runs"]]
 
 
 @needs_data
@@ -177,16 +183,20 @@ def test_rope_is_the_graders_rotation_and_the_window_hides_far_keys():
     assert plain(x, key_mask=mask)[0].shape == (1, 12, 8)
 
 
-def test_train_reversal_is_chapter_8s_loop_with_a_constant_learning_rate():
-    """The chapter's train_reversal steps a LambdaLR whose factor is 1 without warm-up: the same
-    updates as plain Adam, so the command's losses are the chapter's."""
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_train_reversal_is_chapter_8s_loop(warmup):
+    """The chapter's train_reversal, written out: a LambdaLR whose factor is 1 without warm-up
+    (the same updates as plain Adam) and min(1, (i + 1) / warmup) with it; the command's losses
+    and model are the chapter's."""
     s = exercise_runs.WARMUP | {"steps": 4}
-    ours = exercise_runs.train_reversal(s, norm_first=False, seed=1, lr=1e-2, n_layers=1)
+    model_, ours = exercise_runs.train_reversal(s, norm_first=False, seed=1, lr=1e-2, n_layers=1,
+                                                warmup=warmup)
     torch.manual_seed(1)
     cfg = TransformerConfig(vocab_size=14, **(s["model"] | {"n_layers": 1}))
     model = exercise_runs.Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0)
     gen, losses = torch.Generator().manual_seed(1), []
     model.train()
     for _ in range(4):
@@ -198,4 +208,7 @@ def test_train_reversal_is_chapter_8s_loop_with_a_constant_learning_rate():
         opt.step()
         sched.step()
         losses.append(loss.item())
-    assert ours == losses
+    assert ours == losses and not model_.training
+    assert all(torch.equal(a, b) for a, b in zip(model_.state_dict().values(),
+                                                 model.state_dict().values()))
+    assert 0 < exercise_runs.p_right(model_, s) < 1

@@ -21,7 +21,10 @@ thread, and 3 seeds wherever it compares settings:
 * ``ex-08-warmup-experiment`` (chapter 8): the chapter's ``train_reversal`` (its tiny
   Transformer, 200 steps of Adam without warm-up on reversals of 4-8 symbols) for post-LN and
   pre-LN at learning rates 1e-3, 3e-3 and 1e-2, with 3 and with 6 layers; the mean loss of the
-  last 50 steps per seed (3 layers at 1e-2 is the chapter's own experiment, repeated).
+  last 50 steps per seed. Beside it, the chapter's own experiment (3 layers at 1e-2, post-LN and
+  pre-LN, without warm-up and with 100 steps of it), whose seed 0 the chapter trains and whose
+  three seeds it shows: every step's loss, and the mean probability of the right next token on
+  the chapter's check batch.
 * ``ex-09-beam-width`` (chapter 9): the model chapter 9 has at that point (cpu-tiny, the first
   300 of its 1,200 steps; seed 0 is the notebook's own, trained again identically, and seeds 1
   and 2 the same recipe), then BLEU, brevity penalty and mean output length on the first 300
@@ -93,7 +96,8 @@ ROPE_LENGTH = dict(offset=2, n_symbols=8, min_len=8, l_train=16, steps=600, lr=5
                    model=dict(d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0, max_len=48))
 WARMUP = dict(n_symbols=10, min_len=4, max_len=8, steps=200, batch_size=32, lrs=[1e-3, 3e-3, 1e-2],
               layers=[3, 6], seeds=SEEDS,
-              model=dict(d_model=64, h=4, d_ff=128, n_layers=3, dropout=0.0, max_len=32))
+              model=dict(d_model=64, h=4, d_ff=128, n_layers=3, dropout=0.0, max_len=32),
+              chapter=dict(lr=1e-2, n_layers=3, warmups=[0, 100], check=dict(n=200, seed=1)))
 BEAM_WIDTH = dict(preset="cpu-tiny", steps=300, sentences=300, beams=[1, 2, 4, 8, 16],
                   alphas=[0.0, 0.6], seeds=SEEDS)
 WHOLE_SEQUENCE = dict(preset="cpu-tiny", steps=200, sentences=300, beam=4, alpha=0.6,
@@ -102,7 +106,9 @@ TINY = {"ex-05-heads-width": dict(runs=[(2, 8, 3), (1, 8, 6)], seeds=(0, 1)),
         "ex-06-plain-copy": dict(steps=3, n_test=16, seeds=(0, 1)),
         "ex-06-too-good": dict(steps=3, n_test=16, seeds=(0, 1)),
         "ex-07-rope-length": dict(steps=3, lengths=[4, 24], n_batches=1, seeds=(0, 1)),
-        "ex-08-warmup-experiment": dict(steps=3, lrs=[1e-2], layers=[1], seeds=(0,)),
+        "ex-08-warmup-experiment": dict(steps=3, lrs=[1e-2], layers=[1], seeds=(0,),
+                                        chapter=dict(lr=1e-2, n_layers=1, warmups=[0, 2],
+                                                     check=dict(n=8, seed=1))),
         "ex-09-beam-width": dict(preset="smoke", steps=3, sentences=6, beams=[1, 2], seeds=(0,)),
         "ex-12-whole-sequence-loss": dict(preset="smoke", steps=3, sentences=6, beam=2,
                                           seeds=(0,))}
@@ -276,15 +282,19 @@ def rope_length(s: dict, work: Path) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Chapter 8: where does post-LN break?
 
-def train_reversal(s: dict, norm_first: bool, seed: int, lr: float, n_layers: int) -> list[float]:
-    """Chapter 8's ``train_reversal`` without warm-up: its tiny Transformer (``toy_cfg`` with
-    ``n_layers`` and ``norm_first``), Adam, reversals of min_len..max_len symbols; the loss of
-    every step."""
+def train_reversal(s: dict, norm_first: bool, seed: int, lr: float, n_layers: int,
+                   warmup: int = 0):
+    """Chapter 8's ``train_reversal``: its tiny Transformer (``toy_cfg`` with ``n_layers`` and
+    ``norm_first``), Adam, reversals of min_len..max_len symbols, the learning rate warmed up
+    linearly over the first ``warmup`` steps (0: none). Returns the model (in evaluation mode)
+    and the loss of every step."""
     torch.manual_seed(seed)
     cfg = TransformerConfig(vocab_size=toy_vocab_size(s["n_symbols"]),
                             **(s["model"] | {"n_layers": n_layers, "norm_first": norm_first}))
     model = Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warmup) if warmup else 1.0)
     gen = torch.Generator().manual_seed(seed)
 
     def next_batch(step):
@@ -294,18 +304,31 @@ def train_reversal(s: dict, norm_first: bool, seed: int, lr: float, n_layers: in
     def loss_fn(model, b):
         return translation_loss(model(b.src, b.src_mask, b.tgt_in, b.tgt_mask), b.tgt_out)
 
-    return fit(model, next_batch, loss_fn, s["steps"], opt)
+    losses = fit(model, next_batch, loss_fn, s["steps"], opt, sched)
+    return model.eval(), losses
+
+
+@torch.no_grad()
+def p_right(model, s: dict) -> float:
+    """The mean probability ``model`` gives the right next token on chapter 8's check batch
+    (``s["chapter"]["check"]``: n reversals of min_len..max_len symbols, generator seed)."""
+    c = s["chapter"]["check"]
+    b = make_reverse_batch(c["n"], s["min_len"], s["max_len"], s["n_symbols"],
+                           generator=torch.Generator().manual_seed(c["seed"]))
+    p = model(b.src, b.src_mask, b.tgt_in, b.tgt_mask).softmax(-1)          # (B, T, V)
+    return p.gather(-1, b.tgt_out[..., None])[..., 0][b.tgt_mask].mean().item()
 
 
 def warmup_experiment(s: dict, work: Path) -> dict:
     """The mean loss of the last 50 steps of train_reversal for each depth, learning rate,
-    LayerNorm placement and seed."""
+    LayerNorm placement and seed; and the chapter's four runs per seed, with every step's loss
+    and the mean probability of the right next token."""
     runs = []
     for n_layers in s["layers"]:
         for lr in s["lrs"]:
             for norm_first in (False, True):
                 for seed in s["seeds"]:
-                    losses = train_reversal(s, norm_first, seed, lr, n_layers)
+                    _, losses = train_reversal(s, norm_first, seed, lr, n_layers)
                     runs.append(dict(n_layers=n_layers, lr=lr, norm="pre" if norm_first else "post",
                                      seed=seed, last50=float(np.mean(losses[-50:]))))
                     print(f"  {n_layers} layers lr {lr:g} {runs[-1]['norm']}-LN seed {seed}: "
@@ -313,7 +336,18 @@ def warmup_experiment(s: dict, work: Path) -> dict:
     summary = [dict(n_layers=n, lr=lr, norm=norm, last50=spread(
         [r["last50"] for r in runs if (r["n_layers"], r["lr"], r["norm"]) == (n, lr, norm)]))
         for n in s["layers"] for lr in s["lrs"] for norm in ("post", "pre")]
-    return {"runs": runs, "summary": summary}
+    c, chapter = s["chapter"], []
+    for warmup in c["warmups"]:
+        for norm_first in (False, True):
+            for seed in s["seeds"]:
+                model, losses = train_reversal(s, norm_first, seed, c["lr"], c["n_layers"], warmup)
+                chapter.append(dict(norm="pre" if norm_first else "post", warmup=warmup,
+                                    seed=seed, last50=float(np.mean(losses[-50:])),
+                                    p_right=round(p_right(model, s), 6),
+                                    losses=[round(x, 5) for x in losses]))
+                print(f"  chapter: {chapter[-1]['norm']}-LN warm-up {warmup} seed {seed}: "
+                      f"{chapter[-1]['last50']:.3f}", flush=True)
+    return {"runs": runs, "summary": summary, "chapter": chapter}
 
 
 # ---------------------------------------------------------------------------------------------

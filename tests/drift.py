@@ -13,7 +13,8 @@ heading for that section; where several hold, a number may come from any of them
 * a notebook: its code cells' stored outputs (streams, text/plain and the rendered tables'
   text/markdown: what the chapter showed)
   and its code (the settings a chapter chose, and its guard cells' asserts);
-* a JSON file (results/**): every number in it, also the numbers inside its strings;
+* a JSON file (results/**): every number in it, also the numbers inside its strings, except
+  those of a series (a list of more than SERIES numbers, such as every step's loss of a run);
 * any other text file (a workflow, requirements.txt, a module of the package): the numbers in it,
   the definitions the prose restates;
 * ``attnbook.training.recipe.PRESETS``: every number of every preset's configuration;
@@ -177,6 +178,11 @@ def numbers_in_text(text: str) -> set[float]:
     return out
 
 
+# A list of more numbers than this is a series, every step's loss of a run: its thousands of
+# values would back almost any number with three decimals, so they back none.
+SERIES = 100
+
+
 def numbers_in_json(obj) -> set[float]:
     out = set()
     if isinstance(obj, bool):
@@ -189,6 +195,8 @@ def numbers_in_json(obj) -> set[float]:
         for k, v in obj.items():
             out |= numbers_in_text(k) | numbers_in_json(v)
     elif isinstance(obj, list):
+        if len(obj) > SERIES and all(isinstance(v, (int, float)) for v in obj):
+            return out                         # a series (every step's loss), not quoted numbers
         for v in obj:
             out |= numbers_in_json(v)
     return out

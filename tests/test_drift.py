@@ -188,3 +188,12 @@ def test_the_command_prints_one_pages_problems(tmp_path, capsys):
     copy.write_text(nb.read_text(encoding="utf-8").replace("34.5 %", "341.5 %"), encoding="utf-8")
     assert drift.main([str(copy)]) == 1
     assert re.search(r"06\.ipynb, cell \d+, line \d+: '341\.5 %'", capsys.readouterr().out)
+
+
+def test_a_series_backs_no_number():
+    """Every step's loss of a run (a list of more than SERIES numbers) backs nothing; the same
+    numbers one by one, or in a short list, do."""
+    from drift import SERIES, numbers_in_json
+    series = [round(1.5 + i / 1000, 3) for i in range(SERIES + 1)]
+    assert numbers_in_json({"losses": series, "last50": 1.25}) == {1.25}
+    assert numbers_in_json({"curve": series[:SERIES]}) == set(series[:SERIES])

@@ -57,6 +57,12 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
     assert rope["lengths"] == [4, 24] and all(len(r["accuracy"]) == 2 for r in rope["runs"])
     assert [(x["window"], x["length"]) for x in rope["summary"]] == [(None, 4), (None, 24),
                                                                     (16, 4), (16, 24)]
+    assert [(r["positional"], r["seed"]) for r in rope["chapter"]] == \
+        [("none", 0), ("none", 1), ("learned-large", 0), ("learned-large", 1)]
+    for r in rope["chapter"]:              # lengths 4 and 24 (not 200), positions 0 to 47
+        assert len(r["by_length"]) == 2 and len(r["by_position"]) == 48
+        assert ("untouched" in r) == (r["positional"] == "learned-large")
+    assert all(r["untouched"] and r["trained"] for r in rope["chapter"] if "untouched" in r)
     warm = data["exercises"]["ex-08-warmup-experiment"]
     assert [(r["n_layers"], r["lr"], r["norm"], r["seed"]) for r in warm["runs"]] == \
         [(1, 1e-2, "post", 0), (1, 1e-2, "pre", 0)]

@@ -18,6 +18,10 @@ thread, and 3 seeds wherever it compares settings:
   and its self-attention replaced by rotary attention (the solution's ``RotaryAttention``), plain
   and restricted to a window of ``|t - i| < 16``, trained as the chapter trains its encoders (600
   steps, lengths 8-16); per-token accuracy on the look-back task at lengths 4 to 48 and 200.
+  Beside it, the chapter's own four encoders (``positional`` "none", "learned", "learned-large"
+  and "sinusoidal"), whose seed 0 the chapter trains and whose three seeds it shows: the final
+  training loss, per-token accuracy at lengths 4 to 48, the accuracy at each position of
+  length-48 sequences, and whether training left the learned tables' rows 16 to 47 untouched.
 * ``ex-08-warmup-experiment`` (chapter 8): the chapter's ``train_reversal`` (its tiny
   Transformer, 200 steps of Adam without warm-up on reversals of 4-8 symbols) for post-LN and
   pre-LN at learning rates 1e-3, 3e-3 and 1e-2, with 3 and with 6 layers; the mean loss of the
@@ -93,7 +97,9 @@ CAESAR = dict(k=4, n_symbols=8, steps=400, lr=3e-3, batch_size=64, n_test=1000, 
 ROPE_LENGTH = dict(offset=2, n_symbols=8, min_len=8, l_train=16, steps=600, lr=5e-3,
                    batch_size=64, windows=[None, 16], lengths=list(range(4, 49, 4)) + [200],
                    n_batches=2, seeds=SEEDS,
-                   model=dict(d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0, max_len=48))
+                   model=dict(d_model=32, h=2, d_ff=64, n_layers=1, dropout=0.0, max_len=48),
+                   chapter=dict(encodings=["none", "learned", "learned-large", "sinusoidal"],
+                                large_std=2 ** -0.5, position_n=512, position_seed=123))
 WARMUP = dict(n_symbols=10, min_len=4, max_len=8, steps=200, batch_size=32, lrs=[1e-3, 3e-3, 1e-2],
               layers=[3, 6], seeds=SEEDS,
               model=dict(d_model=64, h=4, d_ff=128, n_layers=3, dropout=0.0, max_len=32),
@@ -105,7 +111,10 @@ WHOLE_SEQUENCE = dict(preset="cpu-tiny", steps=200, sentences=300, beam=4, alpha
 TINY = {"ex-05-heads-width": dict(runs=[(2, 8, 3), (1, 8, 6)], seeds=(0, 1)),
         "ex-06-plain-copy": dict(steps=3, n_test=16, seeds=(0, 1)),
         "ex-06-too-good": dict(steps=3, n_test=16, seeds=(0, 1)),
-        "ex-07-rope-length": dict(steps=3, lengths=[4, 24], n_batches=1, seeds=(0, 1)),
+        "ex-07-rope-length": dict(steps=3, lengths=[4, 24], n_batches=1, seeds=(0, 1),
+                                  chapter=dict(encodings=["none", "learned-large"],
+                                               large_std=2 ** -0.5, position_n=8,
+                                               position_seed=123)),
         "ex-08-warmup-experiment": dict(steps=3, lrs=[1e-2], layers=[1], seeds=(0,),
                                         chapter=dict(lr=1e-2, n_layers=1, warmups=[0, 2],
                                                      check=dict(n=8, seed=1))),
@@ -276,7 +285,41 @@ def rope_length(s: dict, work: Path) -> dict:
     summary = [dict(window=window, length=L, accuracy=spread(
         [r["accuracy"][i] for r in runs if r["window"] == window]))
         for window in s["windows"] for i, L in enumerate(s["lengths"])]
-    return {"lengths": s["lengths"], "runs": runs, "summary": summary}
+    return {"lengths": s["lengths"], "runs": runs, "summary": summary,
+            "chapter": [encoder_run(s, task, positional, seed)
+                        for positional in s["chapter"]["encodings"] for seed in s["seeds"]]}
+
+
+def encoder_run(s: dict, task, positional: str, seed: int) -> dict:
+    """Chapter 7's ``build_model(positional, seed)`` trained and measured as the chapter does:
+    "learned-large" is the learned table started at std ``large_std``; the accuracy of each
+    length (the rope lengths but 200) and of each position of length-``max_len`` sequences."""
+    c, L_test = s["chapter"], s["model"]["max_len"]
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=4 + s["n_symbols"], **s["model"],
+                            positional=positional.removesuffix("-large"))
+    model = SelfAttentionStack(cfg, causal=False, n_out=s["n_symbols"] + 1)
+    if positional == "learned-large":
+        torch.nn.init.normal_(model.pos.embedding.weight, std=c["large_std"])
+    table = model.pos.embedding.weight.detach().clone() if positional.startswith("learned") else None
+    losses = train_on_task(model, task, steps=s["steps"], lr=s["lr"], batch_size=s["batch_size"],
+                           seed=seed)
+    with torch.no_grad():
+        by_length = [task_accuracy(model, make_lookback_task(L, L, offset=s["offset"],
+                                                             n_symbols=s["n_symbols"]),
+                                   n_batches=s["n_batches"])[0]
+                     for L in s["lengths"] if L <= L_test]
+        x, y, m = make_lookback_task(L_test, L_test, offset=s["offset"], n_symbols=s["n_symbols"])(
+            c["position_n"], torch.Generator().manual_seed(c["position_seed"]))
+        model.eval()
+        by_position = (model(x, m).argmax(-1) == y).float().mean(0).tolist()
+    run = dict(positional=positional, seed=seed, final_loss=float(np.mean(losses[-20:])),
+               by_length=by_length, by_position=by_position)
+    if table is not None:
+        now, L = model.pos.embedding.weight.detach(), s["l_train"]
+        run |= dict(untouched=torch.equal(now[L:], table[L:]), trained=not torch.equal(now[:L], table[:L]))
+    print(f"  chapter: {positional} seed {seed}: final loss {run['final_loss']:.3f}", flush=True)
+    return run
 
 
 # ---------------------------------------------------------------------------------------------

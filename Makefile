@@ -50,8 +50,11 @@ vendor: $(STAMP)
 # oversubscribed (chapter 6 took 5 minutes instead of 10 s). The stored outputs were executed
 # with one thread too. A command that a test runs with two threads (as its result was made)
 # waits passively (OMP_WAIT_POLICY): spinning beside the other worker, the speedrun's tiny test
-# took 101 s instead of 22. Neither setting changes a number.
-TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+# took 101 s instead of 22. torch.compile's C++ compiler runs in one process too
+# (TORCHINDUCTOR_COMPILE_THREADS): with a pool of compiler workers the compile test used 46 s
+# of CPU on its own, without it 36 s (and took 68 s in make test, beside the other pytest
+# worker). None of these settings changes a number.
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TORCHINDUCTOR_COMPILE_THREADS=1
 
 test: $(STAMP) vendor
 	$(TEST_ENV) $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \

@@ -42,9 +42,9 @@ thread, and 3 seeds wherever it compares settings:
 The JSON (``RESULTS/exercises.json``) holds, per exercise, its settings, every run, the mean,
 min and max over seeds, and its wall and CPU time; the calls that made it are in its provenance
 records (:mod:`attnbook.store`: command, git commit, date, threads, versions and hardware)
-(the CPU time shows the work when other jobs share the machine: the committed file took 21
-minutes of CPU and 40 of wall time on the book's busy 2-core VM; ex-07-rope-length and
-ex-08-warmup-experiment, added with ``--only``, half a minute and 4 minutes more); ``--only``
+(the CPU time shows the work when other jobs share the machine: each entry records its own;
+ex-05-heads-width, ex-07-rope-length and ex-08-warmup-experiment, which also run their
+chapters' own experiments, took about 1.5, 1 and 4.5 minutes of CPU); ``--only``
 replaces the named exercises' entries and keeps the others. ``--tiny`` runs every experiment at
 a few steps (what the tests run): its numbers mean nothing and say so (``"scale": "tiny"``).
 """

@@ -24,12 +24,16 @@ def _init_skipping_stderr(self, *args, **kwargs):
 
 
 def _printed(outputs) -> str:
-    """The text a cell printed: its stdout and the text of its results, in order."""
+    """The text a cell printed: its stdout and the text of its results, in order; of a result
+    shown as Markdown (a rendered table), its Markdown, not its repr, which the committed
+    notebook does not keep."""
     parts = []
     for out in outputs:
         if out.get("name") == "stdout":
             parts.append(out["text"])
-        parts += [v for k, v in out.get("data", {}).items() if k in ("text/plain", "text/markdown")]
+        data = out.get("data", {})
+        parts += [data["text/markdown"]] if "text/markdown" in data else \
+            [v for k, v in data.items() if k == "text/plain"]
     return "\n".join(parts)
 
 

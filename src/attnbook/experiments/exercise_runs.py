@@ -301,7 +301,8 @@ def encoder_run(s: dict, task, positional: str, seed: int) -> dict:
     model = SelfAttentionStack(cfg, causal=False, n_out=s["n_symbols"] + 1)
     if positional == "learned-large":
         torch.nn.init.normal_(model.pos.embedding.weight, std=c["large_std"])
-    table = model.pos.embedding.weight.detach().clone() if positional.startswith("learned") else None
+    learned = positional.startswith("learned")
+    table = model.pos.embedding.weight.detach().clone() if learned else None   # (max_len, d)
     losses = train_on_task(model, task, steps=s["steps"], lr=s["lr"], batch_size=s["batch_size"],
                            seed=seed)
     with torch.no_grad():
@@ -309,15 +310,17 @@ def encoder_run(s: dict, task, positional: str, seed: int) -> dict:
                                                              n_symbols=s["n_symbols"]),
                                    n_batches=s["n_batches"])[0]
                      for L in s["lengths"] if L <= L_test]
-        x, y, m = make_lookback_task(L_test, L_test, offset=s["offset"], n_symbols=s["n_symbols"])(
-            c["position_n"], torch.Generator().manual_seed(c["position_seed"]))
+        x, y, m = make_lookback_task(L_test, L_test, offset=s["offset"],
+                                     n_symbols=s["n_symbols"])(
+            c["position_n"], torch.Generator().manual_seed(c["position_seed"]))  # (n, L_test)
         model.eval()
         by_position = (model(x, m).argmax(-1) == y).float().mean(0).tolist()
     run = dict(positional=positional, seed=seed, final_loss=float(np.mean(losses[-20:])),
                by_length=by_length, by_position=by_position)
     if table is not None:
         now, L = model.pos.embedding.weight.detach(), s["l_train"]
-        run |= dict(untouched=torch.equal(now[L:], table[L:]), trained=not torch.equal(now[:L], table[:L]))
+        run |= dict(untouched=torch.equal(now[L:], table[L:]),       # rows never trained
+                    trained=not torch.equal(now[:L], table[:L]))
     print(f"  chapter: {positional} seed {seed}: final loss {run['final_loss']:.3f}", flush=True)
     return run
 

@@ -52,8 +52,9 @@ vendor: $(STAMP)
 # waits passively (OMP_WAIT_POLICY): spinning beside the other worker, the speedrun's tiny test
 # took 101 s instead of 22. torch.compile's C++ compiler runs in one process too
 # (TORCHINDUCTOR_COMPILE_THREADS): with a pool of compiler workers the compile test used 46 s
-# of CPU on its own, without it 36 s (and took 68 s in make test, beside the other pytest
-# worker). None of these settings changes a number.
+# of CPU on its own, without it 36 s (beside the other pytest worker it took 68 s with the pool
+# in one run of make test, 54 and 61 s without it in two others). None of these settings
+# changes a number.
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TORCHINDUCTOR_COMPILE_THREADS=1
 
 test: $(STAMP) vendor

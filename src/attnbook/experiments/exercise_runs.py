@@ -258,6 +258,27 @@ class RotaryAttention(MultiHeadAttention):
         return self.W_o(out.transpose(1, 2).reshape(B, T, self.d_model)), None
 
 
+def encoder(s: dict, positional: str, seed: int) -> SelfAttentionStack:
+    """Chapter 7's ``build_model(positional, seed)``: the one-layer encoder of ``s["model"]``
+    that labels each position; "learned-large" is the learned table started at std
+    ``s["chapter"]["large_std"]``."""
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=4 + s["n_symbols"], **s["model"],
+                            positional=positional.removesuffix("-large"))
+    model = SelfAttentionStack(cfg, causal=False, n_out=s["n_symbols"] + 1)
+    if positional == "learned-large":
+        torch.nn.init.normal_(model.pos.embedding.weight, std=s["chapter"]["large_std"])
+    return model
+
+
+@torch.no_grad()
+def lookback_accuracy(model, s: dict, L: int) -> float:
+    """Per-token accuracy on look-back sequences of exactly L symbols, as the chapter scores."""
+    return task_accuracy(model, make_lookback_task(L, L, offset=s["offset"],
+                                                   n_symbols=s["n_symbols"]),
+                         n_batches=s["n_batches"])[0]
+
+
 def rope_length(s: dict, work: Path) -> dict:
     """Chapter 7's encoder without positions (``build_model("none", seed)``: the same seed, the
     same config) with each block's self-attention replaced by RotaryAttention, trained on the
@@ -267,17 +288,12 @@ def rope_length(s: dict, work: Path) -> dict:
     runs = []
     for window in s["windows"]:
         for seed in s["seeds"]:
-            torch.manual_seed(seed)
-            cfg = TransformerConfig(vocab_size=4 + s["n_symbols"], positional="none", **s["model"])
-            model = SelfAttentionStack(cfg, causal=False, n_out=s["n_symbols"] + 1)
+            model = encoder(s, "none", seed)
             for block in model.blocks:
-                block.self_attn = RotaryAttention(cfg.d_model, cfg.h, window=window)
+                block.self_attn = RotaryAttention(model.cfg.d_model, model.cfg.h, window=window)
             losses = train_on_task(model, task, steps=s["steps"], lr=s["lr"],
                                    batch_size=s["batch_size"], seed=seed)
-            with torch.no_grad():
-                acc = [round(task_accuracy(model, make_lookback_task(
-                    L, L, offset=s["offset"], n_symbols=s["n_symbols"]),
-                    n_batches=s["n_batches"])[0], 4) for L in s["lengths"]]
+            acc = [round(lookback_accuracy(model, s, L), 4) for L in s["lengths"]]
             runs.append(dict(window=window, seed=seed,
                              loss=round(float(np.mean(losses[-20:])), 4), accuracy=acc))
             print(f"  window {window} seed {seed}: loss {runs[-1]['loss']:.3f}, accuracy " +
@@ -295,21 +311,13 @@ def encoder_run(s: dict, task, positional: str, seed: int) -> dict:
     "learned-large" is the learned table started at std ``large_std``; the accuracy of each
     length (the rope lengths but 200) and of each position of length-``max_len`` sequences."""
     c, L_test = s["chapter"], s["model"]["max_len"]
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(vocab_size=4 + s["n_symbols"], **s["model"],
-                            positional=positional.removesuffix("-large"))
-    model = SelfAttentionStack(cfg, causal=False, n_out=s["n_symbols"] + 1)
-    if positional == "learned-large":
-        torch.nn.init.normal_(model.pos.embedding.weight, std=c["large_std"])
+    model = encoder(s, positional, seed)
     learned = positional.startswith("learned")
     table = model.pos.embedding.weight.detach().clone() if learned else None   # (max_len, d)
     losses = train_on_task(model, task, steps=s["steps"], lr=s["lr"], batch_size=s["batch_size"],
                            seed=seed)
+    by_length = [lookback_accuracy(model, s, L) for L in s["lengths"] if L <= L_test]
     with torch.no_grad():
-        by_length = [task_accuracy(model, make_lookback_task(L, L, offset=s["offset"],
-                                                             n_symbols=s["n_symbols"]),
-                                   n_batches=s["n_batches"])[0]
-                     for L in s["lengths"] if L <= L_test]
         x, y, m = make_lookback_task(L_test, L_test, offset=s["offset"],
                                      n_symbols=s["n_symbols"])(
             c["position_n"], torch.Generator().manual_seed(c["position_seed"]))  # (n, L_test)

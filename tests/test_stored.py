@@ -27,14 +27,23 @@ def committed(name: str) -> dict:
     return next(r for r in load("cpu/board.json")["runs"] if r["model"] == model and r["seed"] == 0)
 
 
-@pytest.mark.parametrize("name", sorted(STORED_MODELS))
+def test_the_stored_models_are_the_runs_their_records_name():
+    for name in STORED_MODELS:
+        cfg = load_stored(name, "cpu")[2]
+        if name != "cpu-base":
+            assert (cfg.seed, cfg.max_steps, cfg.peak_lr) == (0, 1200, committed(name)["peak_lr"])
+        else:
+            assert cfg.preset == "cpu-base"
+
+
+# cpu-tiny is scored by chapter 9 (a hidden check: its beam-4 BLEU on all 1,000 test sentences
+# within 0.1 of the leaderboard's seed 0), which make test runs too: not translated twice.
+@pytest.mark.parametrize("name", sorted(set(STORED_MODELS) - {"cpu-tiny"}))
 def test_a_stored_model_translates_as_its_committed_result_says(name):
-    """The stored weights (float16) give the committed test BLEU within 0.1: the leaderboard's
-    seed-0 runs (cpu-tiny, the explorer's gru-additive) and cpu-base's average of five snapshots."""
+    """The stored weights (float16) give the committed test BLEU within 0.1: the explorer's
+    gru-additive (the leaderboard's seed 0) and cpu-base's average of five snapshots."""
     model, tok, cfg = load_stored(name, "cpu")
     record = committed(name)
-    if name != "cpu-base":
-        assert (cfg.seed, cfg.max_steps, cfg.peak_lr) == (0, 1200, record["peak_lr"])
     test = load_multi30k("test_2016_flickr")
     hyps = translate(model, tok, [s for s, _ in test], beam_size=cfg.beam_size, alpha=cfg.length_alpha)
     score = bleu(hyps, [t for _, t in test])

@@ -8,7 +8,8 @@
 #   make bench      run the benchmark suite (CPU, and the GPU if there is one) into results/bench/
 #   make gpu-data   copy Multi30k into .gpu_data/ for a GPU machine that sees only the repository
 #   make gpu-run    the GPU call (tools/gpu_run.sh): at most nine minutes on one GPU, files in $OUT
-#   make gpu-dry-run  the same call at tiny sizes on the CPU (seconds; make test runs it too)
+#   make gpu-dry-run  the same call at tiny sizes on the CPU (seconds; make test runs it with one
+#                     of its five benchmark parts)
 #   make test-portable  the notebooks and the tests that compare with committed results, again
 #                     with PyTorch held to its plain kernels: another arithmetic (CI runs it)
 #   make clean      remove the built book

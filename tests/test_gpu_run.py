@@ -32,15 +32,23 @@ def dry_call(tmp: Path, *options: str) -> tuple[Path, dict]:
     return out, json.loads((out / "gpu_run.json").read_text())
 
 
+# The dry run runs one of the five benchmark parts through the call: tests/test_bench.py runs
+# every section (quick) through the same command, and test_every_benchmark_part_is_its_section
+# checks the other parts' command lines; each benchmark part costs a process of its own.
+DRY_BENCH = "bench-decoding"
+DRY_PARTS = [p for p in gpu_run.PARTS if not p.startswith("bench-") or p == DRY_BENCH]
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """One dry run of the whole call."""
-    return dry_call(tmp_path_factory.mktemp("gpu-call"))
+    """One dry run of the call: every part but four of the five benchmark sections."""
+    return dry_call(tmp_path_factory.mktemp("gpu-call"),
+                    *[a for p in DRY_PARTS for a in ("--only", p)])
 
 
 def test_dry_run_runs_every_part_within_its_limit(dry_run):
     _, summary = dry_run
-    assert summary["dry_run"] is True and list(summary["parts"]) == list(gpu_run.PARTS)
+    assert summary["dry_run"] is True and list(summary["parts"]) == DRY_PARTS
     for part, rec in summary["parts"].items():
         assert rec["status"] == "ok", (part, rec)
         assert 0 < rec["seconds"] <= rec["limit_s"] == gpu_run.DRY.limits[part]
@@ -86,11 +94,10 @@ def test_dry_run_scores_the_best_with_beam_and_greedy_search(dry_run):
 def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     out, summary = dry_run
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert files == ["cpu/attention.json", "cpu/decoding.json", "cpu/loop.json", "cpu/recurrence.json",
-                     "cpu/training.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
-    assert len(files) <= 8                        # what a lent machine gives back
+    assert files == ["cpu/decoding.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
     (prov,) = summary["calls"]                     # the one provenance record (attnbook.store)
-    assert prov["command"] == "python -m attnbook.experiments.gpu_run --dry-run --out OUT"
+    assert prov["command"] == "python -m attnbook.experiments.gpu_run --dry-run " + \
+        " ".join(f"--only {p}" for p in DRY_PARTS) + " --out OUT"     # the parts it ran
     assert prov["hardware"]["torch"] == torch.__version__
     assert prov["wall_s"] > 0 and prov["cpu_s"] > 0 and len(prov["git_commit"]) == 40
     assert len(prov["load_before"]) == len(prov["load_after"]) == 3
@@ -99,23 +106,32 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     for f in out.rglob("*.json"):
         text = f.read_text()
         assert str(out) not in text and "/tmp/" not in text and str(ROOT) not in text, f
-    for section in SECTIONS:
-        res = json.loads((out / "cpu" / f"{section}.json").read_text())
-        assert res["benchmark"] == section and res["short"] is True and res["quick"] is True
-        assert res["calls"][0]["command"].startswith("python -m attnbook.benchmarks --only " + section)
+    res = json.loads((out / "cpu" / "decoding.json").read_text())
+    assert res["benchmark"] == "decoding" and res["short"] is True and res["quick"] is True
+    assert res["calls"][0]["command"].startswith("python -m attnbook.benchmarks --only decoding")
     assert (out / "gpu_run.png").stat().st_size > 20_000
     assert figure_provenance(out / "gpu_run.png")["calls"] == summary["calls"]
+
+
+def test_every_benchmark_part_is_its_section():
+    """Each bench-SECTION part runs that section of the suite, short, in OUT (without plots:
+    collect draws them), quick in a dry run; and the parts are the suite's sections."""
+    assert sorted(p for p in gpu_run.PARTS if p.startswith("bench-")) == \
+        sorted(f"bench-{s}" for s in SECTIONS)
+    for plan in (gpu_run.DRY, gpu_run.FULL):
+        for section in SECTIONS:
+            (cmd,) = gpu_run.part_commands(f"bench-{section}", plan, Path("work"))
+            assert cmd[:5] == [sys.executable, "-m", "attnbook.benchmarks", "--only", section]
+            assert cmd[cmd.index("--device") + 1] == plan.device == cmd[cmd.index("--out") + 1]
+            assert "--short" in cmd and "--no-plots" in cmd and ("--quick" in cmd) == plan.dry
 
 
 def test_collect_copies_the_files_and_draws_the_benchmark_figures(dry_run, tmp_path):
     out, _ = dry_run
     copied = gpu_run.collect(out, tmp_path / "results", allow_dry=True)
     names = sorted(p.relative_to(tmp_path / "results").as_posix() for p in copied)
-    assert names == ["bench/cpu/attention.json", "bench/cpu/decoding.json", "bench/cpu/loop.json",
-                     "bench/cpu/recurrence.json", "bench/cpu/training.json",
-                     "gpu/gpu_run_dry.json", "gpu/gpu_run_dry.png"]
-    for section in SECTIONS:
-        assert (tmp_path / "results" / "bench" / "cpu" / f"{section}.png").stat().st_size > 10_000
+    assert names == ["bench/cpu/decoding.json", "gpu/gpu_run_dry.json", "gpu/gpu_run_dry.png"]
+    assert (tmp_path / "results" / "bench" / "cpu" / "decoding.png").stat().st_size > 10_000
     with pytest.raises(ValueError, match="dry run"):
         gpu_run.collect(out, tmp_path / "results")
 

@@ -28,8 +28,6 @@ seed 0, and the largest difference between two of the committed seeds. Their rat
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -46,7 +44,6 @@ from ..cli import Parser, fail
 from ..reproduce import K_RANGE, from_seeds, kind
 from ..toy import run_quantities
 from ..utils import arithmetic, native_bf16
-from . import toy_seeds
 
 # name: the environment variables that lower this machine's kernels (none: its own)
 ARITHMETICS = {
@@ -81,7 +78,7 @@ def _timed(fn) -> float:
 def worker(name: str, tiny: bool, folder: Path) -> None:
     """One arithmetic's measurements (run in its own environment), written into ``folder``:
     NAME.json (its arithmetic, bf16, GFLOP/s), NAME.pt (the last-bit probes) and, by the toy_seeds
-    command run in this process (so in the same environment), NAME/toy_seeds.json (the runs)."""
+    command run here in the same environment, NAME/toy_seeds.json (the runs)."""
     torch.set_num_threads(1)
     n = TINY_SIZE if tiny else SIZE
     g = torch.Generator().manual_seed(1)
@@ -92,12 +89,9 @@ def worker(name: str, tiny: bool, folder: Path) -> None:
     result = {"name": name, "made_with": arithmetic(), "native_bf16": native_bf16()[0],
               "gflops": {"fp32": gflops(torch.float32, n), "bf16": gflops(torch.bfloat16, n)}}
     (folder / f"{name}.json").write_text(json.dumps(result))
-    # the runs, by the toy_seeds command in this process (its environment is this arithmetic's)
-    with contextlib.redirect_stdout(io.StringIO()):
-        status = toy_seeds.main(["--results", str(folder / name), "--runs", *RUNS, "--seeds", "0",
-                                 "--no-timing"] + (["--tiny"] if tiny else []))
-    if status:
-        raise SystemExit(status)
+    subprocess.run([sys.executable, "-m", "attnbook.experiments.toy_seeds", "--results",
+                    str(folder / name), "--runs", *RUNS, "--seeds", "0", "--no-timing"]
+                   + (["--tiny"] if tiny else []), check=True, stdout=subprocess.DEVNULL)
 
 
 def spawn(name: str, tiny: bool, folder: Path) -> subprocess.Popen:

@@ -329,7 +329,8 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     (work / "runs").mkdir(parents=True, exist_ok=True)
     plan_name = plan.name.removeprefix("dry").removeprefix("-") or "full"
     own = ("python -m attnbook.experiments.gpu_run" + (" --dry-run" if plan.dry else "")
-           + (f" --plan {plan_name}" if plan_name != "full" else "") + " --out OUT")
+           + (f" --plan {plan_name}" if plan_name != "full" else "")
+           + "".join(f" --only {p}" for p in plan.parts if only and p in only) + " --out OUT")
     at_once = 1 if plan.alone else len(plan.candidates)
     with record(own, threads=plan.threads, processes=at_once) as call:
         parts = run_parts(plan, out, work, data_dir, only)

@@ -38,7 +38,24 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
     for e in EXPERIMENTS.values():
         assert e.name in out and all(f"results/{r}" in out for r in e.result)
     assert "toy_seeds" in out and "CPU-min" in out and "min of training" in out
-    assert out.count("cost ") == len(EXPERIMENTS)
+    assert out.count("cost ") == out.count("full run: python -m attnbook.") == out.count("rows: ") == len(EXPERIMENTS)
+    # the key of each experiment that merges, as its value holds it
+    assert "runs, one per (name, seed); a merge keeps seeds, scale" in out
+    assert "variants, one per (variant); a merge keeps preset, test_set" in out
+    assert all(e.rows for e in EXPERIMENTS.values() if e.only and e.name != "bench")
+
+
+def test_every_merge_goes_through_the_rows_of_the_registry():
+    """The key of a result file's rows is written down once (registry.ROWS): no experiment
+    calls store.merge itself."""
+    import ast
+    for path in (ROOT / "src" / "attnbook").rglob("*.py"):
+        if path.name == "registry.py" or path.name == "store.py":
+            continue
+        calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and n.func.attr == "merge"
+                 and isinstance(n.func.value, ast.Name) and n.func.value.id == "store"]
+        assert not calls, f"{path.name} calls store.merge; use registry.ROWS[...].merge"
 
 
 @pytest.mark.parametrize("argv,message", [

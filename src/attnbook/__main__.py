@@ -26,11 +26,19 @@ from .store import ResultError, find
 
 
 def listing() -> str:
-    lines = []
+    """Each experiment as its value says: files, full run, variants, rows and key, cost."""
+    lines, pad = [], " " * 24
     for e in EXPERIMENTS.values():
-        files = ", ".join(f"results/{r}" for r in e.result)
-        lines.append(f"{e.name:<23} {files}\n{'':<23} shown in {e.shown_in}; cost {e.cost()}"
-                     + (f"; needs {e.needs}" if e.needs else ""))
+        seeds = f"seeds {' '.join(map(str, e.seeds))}" if e.seeds_flag or "{seed}" in e.args \
+            else "no seeds"
+        only = f"; --only KEY runs one part ({' '.join(e.only)})" if e.only else ""
+        rows = e.rows.describe() if e.rows else "the whole file, made by one call"
+        lines += [f"{e.name:<23} {', '.join(f'results/{r}' for r in e.result)}",
+                  f"{pad}full run: python -m attnbook.{e.module} {' '.join(e.args)}",
+                  f"{pad}variants: {seeds}{only}",
+                  f"{pad}rows: {rows}",
+                  f"{pad}shown in {e.shown_in}; cost {e.cost()}"
+                  + (f"; needs {e.needs}" if e.needs else "")]
     return "\n".join(lines)
 
 

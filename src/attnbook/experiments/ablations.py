@@ -37,7 +37,7 @@ from .sweeps import (SNAPSHOTS, TINY_VAL_SENTENCES, open_run, run_name, score_al
                      train_all)
 from ..training.recipe import override, preset
 from ..utils import get_device
-from .registry import SEEDS
+from .registry import ROWS, SEEDS
 from .table3 import MEASURED, VARIANTS
 
 def variant_jobs(names, seeds, out: Path) -> list:
@@ -70,7 +70,7 @@ def merge(old: dict, new: dict) -> dict:
     :func:`attnbook.store.merge` (a variant of the same name is replaced; another preset or test
     set is a one-line ResultError), in the order of VARIANTS; each variant's ``call`` is the index
     of the call that made it, and ``train_time_s_sum`` covers them all."""
-    out = store.merge(old, new, "variants", by=("variant",), same=("preset", "test_set"))
+    out = ROWS["ablations"].merge(old, new)
     made = set(out["calls"][-1]["rows"])
     order = list(VARIANTS)
     out["variants"] = sorted(

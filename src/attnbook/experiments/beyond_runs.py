@@ -42,7 +42,7 @@ from ..lm import lm_batches
 from ..tokenizer import multi30k_tokenizer
 from ..transformer import TransformerConfig
 from ..utils import count_parameters, deterministic
-from .registry import SEEDS
+from .registry import ROWS, SEEDS
 
 __all__ = ["REVERSAL", "reversal_config", "run_reversal", "main"]   # reversal_*: from beyond
 
@@ -53,7 +53,7 @@ VARIANTS = {
     "linear-4-heads": ("linear", lambda: LinearAttention(32, 4)),             # ex-13-state-size
     "recurrent-state-256": ("recurrent", lambda: GatedRecurrence(32, d_state=256)),  # ex-13-more-state
 }
-PARTS = ("reversal", "lm", "variants")
+PARTS = ROWS["beyond"].key              # reversal, lm, variants
 
 
 def caption_data():
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     result["calls"][0]["rows"] = parts
     try:
         if old is not None:            # the file's other parts are kept (merge by part)
-            result = store.merge(old, result, "", by=PARTS, same=("seeds",))
+            result = ROWS["beyond"].merge(old, result)
     except store.ResultError as e:
         return fail(e)
     result = {k: result[k] for k in ("experiment", "format", "calls", "seeds", *PARTS)

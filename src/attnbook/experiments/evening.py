@@ -30,6 +30,7 @@ from .registry import SEEDS
 from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
 from .scoring import at_end, merge_bootstrap, paired_bootstrap, score_base_run
 from ..utils import get_device
+from .registry import ROWS
 
 PRESET = "cpu-base"
 # Equal minutes, not equal steps: a model other than the Transformer trains for as many steps as
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     new = store.result("evening", result, call)
     if args.merge:
         old = store.read(target)
-        new = store.merge(old, new, "runs", by=("model", "seed"), same=("preset", "selection"))
+        new = ROWS["evening"].merge(old, new)
         new["bootstrap"] = merge_bootstrap(old.get("bootstrap", []), result["bootstrap"])
     new["summary"] = summaries(new["runs"])
     new["train_time_s_sum"] = round(sum(r["train_time_s"] for r in new["runs"]), 1)

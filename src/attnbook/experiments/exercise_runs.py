@@ -84,7 +84,7 @@ from ..training.loop import train
 from ..toy import make_batch as make_reverse_batch
 from ..toy import vocab_size as toy_vocab_size
 from ..transformer import SelfAttentionStack, Transformer, TransformerConfig
-from .registry import SEEDS
+from .registry import ROWS, SEEDS
 
 # Each experiment's settings: what the book's solutions quote, and the tests' tiny scale.
 CHAPTER_HEADS = [1, 2, 4, 8, 16]          # chapter 5's sweep: d_model 32, 500 steps
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     result["calls"][0]["rows"] = names
     try:
         if old is not None:           # the entries of other exercises are kept (merge by key)
-            result = store.merge(old, result, "exercises")
+            result = ROWS["exercises"].merge(old, result)
     except store.ResultError as e:
         return fail(e)
     result["exercises"] = {n: result["exercises"][n] for n in EXPERIMENTS

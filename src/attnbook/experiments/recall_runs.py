@@ -35,7 +35,7 @@ from ..record import command_line, record
 from ..recall import (MIXERS, generation_cost, mqar_batch, recall_accuracy, recall_model,
                       state_numbers, train_recall, vocab_size)
 from ..utils import count_parameters, deterministic
-from .registry import SEEDS
+from .registry import ROWS, SEEDS
 
 SETTINGS = dict(d_model=32, n_layers=2, n_keys=16, n_values=16, steps=1500, batch_size=64,
                 lr=3e-3, warmup=50, eval_sequences=1000, eval_seed=1234)
@@ -48,7 +48,7 @@ STATE_SIZES = {"linear": [dict(h=8), dict(h=1)], "gated": [dict(d_state=8), dict
 GENERATION = dict(lengths=[256, 1024, 4096, 16384, 65536], d_model=256, h=4, d_state=16,
                   steps=32)
 PARTS = ("pairs", "state", "conv", "generation")
-KEY = ("part", "mixer", "T", "n_pairs", "h", "d_state", "seed")    # "conv" rows: d_conv = 1
+KEY = ROWS["recall"].key    # (part, mixer, T, n_pairs, h, d_state, seed); "conv" rows: d_conv = 1
 
 
 def jobs(part: str, seeds) -> list[dict]:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     new = store.result("recall" if args.device == "cpu" else "recall_gpu", data, call)
     try:
         if old is not None:
-            new = store.merge(old, new, "runs", by=KEY, same=("settings", "generation_settings"))
+            new = ROWS["recall"].merge(old, new)
             new["generation"] = gen if "generation" in parts else old.get("generation", [])
         new["calls"][-1]["rows"] = parts
     except store.ResultError as e:

@@ -6,6 +6,8 @@ would: the library imports no command), the arguments of the full run that made 
 file, those of a tiny run (seconds; the tests), how ``--seeds`` and ``--only KEY`` are passed on,
 and the chapters that show it. Its cost is read from the committed file's provenance record
 (:mod:`attnbook.store`): the CPU time of its calls (their wall time where none was recorded).
+An experiment whose calls add rows to its file names its :class:`Rows` (``ROWS``): the rows'
+key, written down here once, through which its command merges a call into the file.
 """
 from __future__ import annotations
 
@@ -22,6 +24,45 @@ SEEDS = (0, 1, 2)        # every experiment's seeds, unless it says otherwise
 
 
 @dataclass(frozen=True)
+class Rows:
+    """The rows of an experiment's result file, and how a call's rows merge into it
+    (:func:`attnbook.store.merge`): ``data`` is the data key that holds them, ``key`` the fields
+    that identify a row (no key: ``data`` is a dict keyed by name; ``data`` "": the rows are the
+    top-level parts named in ``key``), and ``same`` the settings that the file and a call must
+    share (else a one-line error, nothing written)."""
+    data: str
+    key: tuple = ()
+    same: tuple = ()
+
+    def merge(self, old: dict, new: dict) -> dict:
+        """``new`` (one call's result) merged into ``old`` by this key: the writers' one merge."""
+        return store.merge(old, new, self.data, by=self.key, same=self.same)
+
+    def describe(self) -> str:
+        if not self.data:
+            rows = f"the parts {', '.join(self.key)}"
+        elif not self.key:
+            rows = f"{self.data}, one per name"
+        else:
+            rows = f"{self.data}, one per ({', '.join(self.key)})"
+        return rows + (f"; a merge keeps {', '.join(self.same)}" if self.same else "")
+
+
+# The rows of each family of result files: the one place a row's key is written down.
+ROWS = {
+    "toy_seeds": Rows("runs", ("name", "seed"), ("seeds", "scale")),
+    "exercises": Rows("exercises"),
+    "beyond": Rows("", ("reversal", "lm", "variants"), ("seeds",)),
+    "recall": Rows("runs", ("part", "mixer", "T", "n_pairs", "h", "d_state", "seed"),
+                   ("settings", "generation_settings")),
+    "ablations": Rows("variants", ("variant",), ("preset", "test_set")),
+    "translators": Rows("runs", ("model", "peak_lr", "seed"), ("preset", "selection")),
+    "evening": Rows("runs", ("model", "seed"), ("preset", "selection")),
+    "speedrun": Rows("runs", ("row", "seed"), ("minutes",)),
+}
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     module: str                 # the command that runs it: attnbook.<module>.main(argv)
@@ -35,6 +76,7 @@ class Experiment:
     needs: str = ""             # what must exist before it runs
     collect: str = ""           # for a command that writes no result: the run folder whose
     #                             metrics.json becomes the result (collect_metrics)
+    rows: Rows | None = None    # its rows and their key, for one that merges (--only)
 
     def argv(self, tiny_out: str | None = None, seeds=None, only=None) -> list[str]:
         """The command's arguments: the full run's, or (``tiny_out``) a tiny run's into that
@@ -81,36 +123,41 @@ def _exp(*a, **kw) -> Experiment:
 EXPERIMENTS = {e.name: e for e in [
     _exp("toy_seeds", "experiments.toy_seeds", ("cpu/toy_seeds.json",), "chapters 1-3",
          ("--results", "results/cpu"), tiny=("--results", "{out}", "--tiny", "--no-timing"),
-         only=("--runs", "{key}", "--no-timing", "--merge")),
+         only=("--runs", "{key}", "--no-timing", "--merge"),
+         rows=ROWS["toy_seeds"]),
     _exp("arithmetics", "experiments.arithmetics", ("cpu/arithmetics.json",),
          "the page 'Numbers on your machine'", ("--results", "results/cpu"), seeds_flag="",
          tiny=("--results", "{out}", "--tiny")),
     _exp("exercises", "experiments.exercise_runs", ("cpu/exercises.json",), "chapters 5-9 and 12",
          ("--results", "results/cpu"), seeds_flag="",
          tiny=("--results", "{out}", "--tiny", "--only", "ex-06-too-good"),
-         only=("--only", "{key}")),
+         only=("--only", "{key}"),
+         rows=ROWS["exercises"]),
     _exp("beyond", "experiments.beyond_runs", ("cpu/beyond.json",), "chapter 13",
          ("--out", "results/cpu/beyond.json"),
          tiny=("--out", "{out}/beyond.json", "--steps", "2", "--only", "reversal"),
-         only=("--only", "{key}")),
+         only=("--only", "{key}"),
+         rows=ROWS["beyond"]),
     _exp("recall", "experiments.recall_runs", ("cpu/recall.json",), "chapter 13",
          ("--out", "results/cpu/recall.json"),
          tiny=("--out", "{out}/recall.json", "--steps", "2", "--jobs", "1", "--lengths", "8",
                "16"),
          only=("--only", "{key}"), needs="a quiet machine for --only generation (its times are "
-                                         "the result)"),
+                                         "the result)",
+         rows=ROWS["recall"]),
     _exp("ablations", "experiments.ablations", ("cpu/ablations.json",),
          "chapters 5, 7 and 9, the ablations appendix",
          ("--out", "runs/ablations", "--results", "results/cpu", "--jobs", "2", "--threads", "1"),
          tiny=("--out", "{out}/runs", "--results", "{out}", "--variants", "base", "--steps", "2",
                "--sentences", "8", "--jobs", "1"),
-         only=("--variants", "{key}", "--merge"), needs="Multi30k"),
+         only=("--variants", "{key}", "--merge"), needs="Multi30k",
+         rows=ROWS["ablations"]),
     _exp("sweep", "experiments.translators", ("cpu/sweep.json",), "chapter 10",
          ("sweep", "--preset", "cpu-tiny", "--out", "runs/sweep", "--results", "results/cpu"),
          seeds_flag="", tiny=("sweep", "--preset", "smoke", "--models", "transformer",
                               "--max-steps", "2", "--jobs", "1",
                               "--sentences", "8", "--out", "{out}/runs", "--results", "{out}"),
-         only=("--models", "{key}", "--merge"), needs="Multi30k"),
+         only=("--models", "{key}", "--merge"), needs="Multi30k", rows=ROWS["translators"]),
     # the tiny runs train in one process (--jobs 1), but this one: the tests' run of the pool
     _exp("sweep_base", "experiments.translators", ("cpu/sweep_base.json",), "chapter 11",
          ("sweep", "--preset", "cpu-base", "--models", "gru-additive", "--peak-lrs", "2e-3",
@@ -120,14 +167,16 @@ EXPERIMENTS = {e.name: e for e in [
                               "--peak-lrs", "2e-3", "4e-3", "--max-steps", "2", "--sentences",
                               "8", "--out", "{out}/runs", "--results", "{out}", "--name",
                               "sweep_base"),
-         needs="Multi30k; about half an hour of 2 cores"),
+         needs="Multi30k; about half an hour of 2 cores",
+         rows=ROWS["translators"]),
     _exp("board", "experiments.translators", ("cpu/board.json",), "chapters 8-12",
          ("board", "--preset", "cpu-tiny", "--out", "runs/board", "--reuse", "runs/sweep",
           "--results", "results/cpu"),
          tiny=("board", "--preset", "smoke", "--models", "transformer", "--seeds", "0",
                "--sentences", "8", "--jobs", "1",
                "--out", "{out}/runs", "--results", "{out}"),
-         only=("--models", "{key}", "--merge"), needs="Multi30k; the sweep's runs"),
+         only=("--models", "{key}", "--merge"), needs="Multi30k; the sweep's runs",
+         rows=ROWS["translators"]),
     _exp("board_long", "experiments.translators", ("cpu/board_long.json",), "chapter 10",
          ("board", "--preset", "cpu-tiny", "--max-steps", "2400", "--models", "transformer",
           "gru-additive", "conv", "gru-additive-wide", "--out", "runs/board", "--reuse", "runs/board", "--name",
@@ -135,25 +184,29 @@ EXPERIMENTS = {e.name: e for e in [
          tiny=("board", "--preset", "smoke", "--max-steps", "24", "--models", "transformer",
                "conv", "--seeds", "0", "--sentences", "8", "--name", "board_long", "--jobs", "1",
                "--out", "{out}/runs", "--results", "{out}"),
-         needs="Multi30k; the board's runs (continued where they exist)"),
+         needs="Multi30k; the board's runs (continued where they exist)",
+         rows=ROWS["translators"]),
     _exp("base", "experiments.translators", ("cpu/cpu_base.json",), "chapter 11, the attention-map pages of the book",
          ("base", "--out", "runs/cpu-base", "--results", "results/cpu", "--jobs", "1",
           "--threads", "2"), seeds_flag="", needs="Multi30k",
          tiny=("base", "--max-steps", "2", "--sentences", "8", "--jobs", "1", "--out",
-               "{out}/runs", "--results", "{out}")),
+               "{out}/runs", "--results", "{out}"),
+         rows=ROWS["translators"]),
     _exp("evening", "experiments.evening", ("cpu/evening.json",), "chapter 11",
          ("--models", "transformer", "--out", "runs/evening", "--results", "results/cpu"),
          tiny=("--models", "transformer", "gru-additive", "--seeds", "0", "--max-steps", "2",
                "--sentences", "8", "--out", "{out}/runs", "--results", "{out}"),
          only=("--models", "{key}", "--merge"),
-         needs="Multi30k; a quiet machine (the runs' minutes are the result's)"),
+         needs="Multi30k; a quiet machine (the runs' minutes are the result's)",
+         rows=ROWS["evening"]),
     _exp("speedrun", "experiments.speedrun", ("cpu/speedrun.json",), "chapter 11",
          ("--out", "runs/speedrun", "--results", "results/cpu", "--evening", "runs/evening"),
          tiny=("--rows", "vocab4000", "steps1600", "--seeds", "0", "--max-steps", "2",
                "--sentences", "8", "--out", "{out}/runs", "--results", "{out}"),
          only=("--rows", "{key}", "--merge", "--no-bench"),
          needs="Multi30k; the evening runs (runs/evening); a quiet machine (the runs' minutes "
-               "are the result's)"),
+               "are the result's)",
+         rows=ROWS["speedrun"]),
     _exp("timing_2threads", "commands.train", ("cpu/cpu_tiny_transformer_2threads.json",), "chapters 10 and 11",
          ("--preset", "cpu-tiny", "--out", "runs/timing", "--threads", "2"), seeds_flag="",
          tiny=("--preset", "smoke", "--out", "{out}/timing", "--threads", "1", "--max-steps",

@@ -41,6 +41,7 @@ from .registry import SEEDS
 from .scoring import at_end, paired_bootstrap, score_base_run
 from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
 from ..utils import get_device
+from .registry import ROWS
 
 MINUTES = 10
 
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     new = store.result("speedrun", result, call)
     if args.merge:
         old = store.read(target)
-        new = store.merge(old, new, "runs", by=("row", "seed"), same=("minutes",))
+        new = ROWS["speedrun"].merge(old, new)
         names = {r[0] for r in LADDER + REJECTED}       # a call's bench measures every row
         new["bench"] = {k: v for k, v in (speeds or old.get("bench") or {}).items() if k in names}
         names |= set(RESUMES)

@@ -62,7 +62,7 @@ from ..transformer import Transformer, TransformerConfig
 from ..toy import (PART1, accuracy_by_length, copy_alignment, greedy_tokens, make_batch,
                   reversal_alignment, train_toy, vocab_size)
 from ..utils import count_parameters, deterministic
-from .registry import SEEDS
+from .registry import ROWS, SEEDS
 
 STEPS, SCORE_STEPS, D_MODEL = PART1["train"]["steps"], PART1["score_steps"], PART1["d_model"]
 # name: the model (Seq2Seq's arguments), its training steps, and where the book shows it
@@ -194,7 +194,7 @@ def merged(old: dict, new: dict) -> dict:
     and seed (other seeds or scale: a one-line ResultError); the runs are listed in the order of
     :data:`RUNS`, then seed; ``old``'s timing stays, and the new call is appended to ``calls``
     with the keys of its runs."""
-    out = store.merge(old, new, "runs", by=("name", "seed"), same=("seeds", "scale"))
+    out = ROWS["toy_seeds"].merge(old, new)
     order = {name: i for i, name in enumerate(RUNS)}
     runs = sorted(out["runs"], key=lambda r: (order.get(r["name"], len(order)), r["seed"]))
     specs = old["run_specs"] | new["run_specs"]

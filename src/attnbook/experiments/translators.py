@@ -58,6 +58,7 @@ from .scoring import merge_bootstrap, output_stats, paired_bootstrap, score_base
 from .sweeps import (SNAPSHOTS, load_weights, open_run, run_name,  # noqa: F401
                      score_all, summarise, tiny_run, train_all)
 from ..utils import get_device
+from .registry import ROWS
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each
 # range brackets its model's best rate: a best rate at the end of a range would call for more.
@@ -369,8 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     new = store.result(experiment, result, call)
     if args.merge:          # a model's runs added to the file: the choice of each model kept
         old = store.read(args.results / name)
-        new = store.merge(old, new, "runs", by=("model", "peak_lr", "seed"),
-                          same=("preset", "selection"))
+        new = ROWS["translators"].merge(old, new)
         for key in ("chosen_peak_lr", "summary_test_bleu", "summary_greedy_test_bleu"):
             if key in result:
                 new[key] = {**old.get(key, {}), **result[key]}

@@ -12,7 +12,7 @@ fast tests/test_notebook_hygiene.py counts them in the notebooks). At 1280 px no
 show as text, and no table of results (rendered, or printed in columns) may be wider than the
 text column; at 375 px (a phone) no page may scroll sideways.
 
-A screenshot of every page at both widths goes to _build/screenshots/.
+A screenshot of every page at both widths goes to _build/screenshots/ (not in CI).
 
 Needs /usr/bin/chromium (`sudo apt-get install chromium`; Playwright's own browser download is
 not used) and npm for the local MathJax (tools/fetch_mathjax.py). Without them the test is
@@ -181,9 +181,18 @@ def site(html_dir):
 
 
 @pytest.fixture(scope="session")
-def screenshots() -> Path:
+def screenshots() -> Path | None:
+    """Where the screenshots go; None in CI, where nobody looks at them (they cost seconds)."""
+    if CI:
+        return None
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
+
+
+def shoot(target, folder: Path | None, name: str, **options) -> None:
+    """A screenshot of a page or an element into ``folder`` (none if ``folder`` is None)."""
+    if folder is not None:
+        target.screenshot(path=str(folder / name), **options)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +468,7 @@ def test_page_in_the_browser(docname, source, site, visit, screenshots):
                             f"{w['text']!r}; show it with attnbook.tables.show_table, with fewer "
                             "or narrower columns (or add it to WIDE_PRINTOUTS, saying why)")
 
-    page.screenshot(path=str(screenshots / shot_name(docname)))
+    shoot(page, screenshots, shot_name(docname))
 
     # Interaction: a solution opens on a click; the notebook's buttons and set-up cell.
     if state["solutions"] and not problems:
@@ -472,9 +481,9 @@ def test_page_in_the_browser(docname, source, site, visit, screenshots):
         except PlaywrightTimeout:
             problems.append("clicking a solution's toggle button does not open it")
         else:
-            if docname in SCREENSHOT_DESKTOP:
+            if docname in SCREENSHOT_DESKTOP and screenshots is not None:
                 page.wait_for_timeout(400)  # the opening transition
-                first.screenshot(path=str(screenshots / shot_name(docname, "-solution")))
+                shoot(first, screenshots, shot_name(docname, "-solution"))
     if source.suffix == ".ipynb":
         problems += notebook_page_problems(page, docname, source)
 
@@ -491,7 +500,7 @@ def test_page_in_the_browser(docname, source, site, visit, screenshots):
     if cut:
         problems.append(f"at {MOBILE_WIDTH} px content is cut off at the column's edge (neither "
                         "shown nor scrollable): " + "; ".join(cut))
-    page.screenshot(path=str(screenshots / shot_name(docname, f"-{MOBILE_WIDTH}px")))
+    shoot(page, screenshots, shot_name(docname, f"-{MOBILE_WIDTH}px"))
 
     problems = v.problems + problems  # failed requests and console errors, up to now
     assert not problems, f"{docname}:\n  " + "\n  ".join(problems)
@@ -607,7 +616,7 @@ def check_views(page, data: dict, views: list, shot: str, screenshots: Path) -> 
             problems.append(f"view {n}: hovering row {t} lights columns {lit}, not {want}; "
                             f"readout {readout!r}")
         if n == 0:
-            page.screenshot(path=str(screenshots / f"{shot}.png"), full_page=True)
+            shoot(page, screenshots, f"{shot}.png", full_page=True)
 
     # the keyboard reaches the rows too
     page.locator(".attn-row[data-row='1']").focus()
@@ -626,7 +635,7 @@ def check_phone(page, shot: str, screenshots: Path) -> list[str]:
     width = page.evaluate("() => document.documentElement.scrollWidth")
     box = page.evaluate("() => { const b = document.querySelector('.attn-scroll'); "
                         "return [b.scrollWidth, b.clientWidth]; }")
-    page.screenshot(path=str(screenshots / f"{shot}-{MOBILE_WIDTH}px.png"), full_page=True)
+    shoot(page, screenshots, f"{shot}-{MOBILE_WIDTH}px.png", full_page=True)
     if width > MOBILE_WIDTH + 2 or box[1] > MOBILE_WIDTH:
         return [f"at {MOBILE_WIDTH} px: page {width} px wide, map box {box}"]
     return []
@@ -801,7 +810,7 @@ def test_translator_page(site, html_dir, visit, screenshots, tmp_path):
     width = page.evaluate("() => document.documentElement.scrollWidth")
     if width > MOBILE_WIDTH + 2:
         problems.append(f"at {MOBILE_WIDTH} px the page is {width} px wide")
-    page.screenshot(path=str(screenshots / "book__translator.png"), full_page=True)
+    shoot(page, screenshots, "book__translator.png", full_page=True)
     measured = {"load_s": round(load_s, 2), "translation_s": [round(x, 2) for x in seconds],
                 "decoding": ["greedy"] * 3 + ["beam 4"], "output_pieces": [len(tok.encode(t)) for t in got[1]],
                 "files": len(fetched), "compressed_mb": round(weight / 1e6, 2),

@@ -38,7 +38,10 @@ SEED_FAMILIES = {"transformer": {"warmup": 400}, "decoder-only": {"warmup": 400}
                  "gru-additive": {"warmup": 400, "peak_lr": 1e-3}}
 SEEDS_CANDIDATES = {f"{m}-seed{s}": (m, {**c, "seed": s})
                     for m, c in SEED_FAMILIES.items() for s in range(3)}
-DRY_SEEDS_CANDIDATES = {f"{m}-seed{s}": (m, {"seed": s}) for m in SEED_FAMILIES for s in range(2)}
+# its dry run: two seeds of two of the families (the GRU's training and scoring are the dry run's
+# of the race): what the plan does with seeds and families, at a third less work
+DRY_SEEDS_CANDIDATES = {f"{m}-seed{s}": (m, {"seed": s}) for m in ("transformer", "decoder-only")
+                        for s in range(2)}
 
 
 @dataclass(frozen=True)

@@ -62,8 +62,10 @@ vendor: $(STAMP)
 # changes a number.
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TORCHINDUCTOR_COMPILE_THREADS=1
 
+# The notebooks first: the longest items (chapter 9's training, the toy chapters) start early,
+# and the many short tests fill both workers at the end, so neither waits long for the other.
 test: $(STAMP) vendor
-	$(TEST_ENV) $(PY) -m pytest tests notebooks --nbval --nbval-current-env -n 2 --dist loadscope \
+	$(TEST_ENV) $(PY) -m pytest notebooks tests --nbval --nbval-current-env -n 2 --dist loadscope \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
 	    -p no:cacheprovider -q -ra --durations=15
 

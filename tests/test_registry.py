@@ -43,6 +43,8 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
     assert "runs, one per (name, seed); a merge keeps seeds, scale" in out
     assert "variants, one per (variant); a merge keeps preset, test_set" in out
     assert all(e.rows for e in EXPERIMENTS.values() if e.only and e.name != "bench")
+    block = out[out.index("head_ablation_cpu_tiny "):].split("\n")[:4]   # one call a seed
+    assert "variants: seeds 0 1 2" in block[2] and "seed{seed}" in block[1]
 
 
 def test_every_merge_goes_through_the_rows_of_the_registry():

@@ -29,8 +29,8 @@ def listing() -> str:
     """Each experiment as its value says: files, full run, variants, rows and key, cost."""
     lines, pad = [], " " * 24
     for e in EXPERIMENTS.values():
-        seeds = f"seeds {' '.join(map(str, e.seeds))}" if e.seeds_flag or "{seed}" in e.args \
-            else "no seeds"
+        seeds = f"seeds {' '.join(map(str, e.seeds))}" \
+            if e.seeds_flag or "{seed}" in " ".join(e.args) else "no seeds"
         only = f"; --only KEY runs one part ({' '.join(e.only)})" if e.only else ""
         rows = e.rows.describe() if e.rows else "the whole file, made by one call"
         lines += [f"{e.name:<23} {', '.join(f'results/{r}' for r in e.result)}",

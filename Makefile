@@ -28,15 +28,17 @@ export MPLBACKEND := module://matplotlib_inline.backend_inline
 
 install: $(STAMP)
 
-# Re-install only when the requirements change: a second `make` is quick. pip byte-compiles
-# every file it installs on one core (36 of the 55 s a fresh install took on 2 cores);
-# compileall does the same on every core (16 s), so imports are as quick as after a plain
-# install. A file it cannot compile (a template, a test fixture) is skipped, as pip skips it.
+# Re-install only when the requirements change: a second `make` is quick. pip would
+# byte-compile every file it installs, on one core (36 of the 55 s a fresh install took on 2
+# cores); instead Python compiles each module the first time it is imported, and keeps it
+# (a fresh install: 19 s). So the commands here write bytecode even where the environment
+# says not to (PYTHONDONTWRITEBYTECODE, set on some CI machines): else every process would
+# compile PyTorch again (1.6 s).
+unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
-	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attnbook)" > /dev/null
 	touch $(STAMP)
 

@@ -118,6 +118,8 @@ def test_every_benchmark_part_is_its_section():
     collect draws them), quick in a dry run; and the parts are the suite's sections."""
     assert sorted(p for p in gpu_run.PARTS if p.startswith("bench-")) == \
         sorted(f"bench-{s}" for s in SECTIONS)
+    # the whole call's files: one a section and the summary, log and figure; at most 8 come back
+    assert len(SECTIONS) + 3 <= 8
     for plan in (gpu_run.DRY, gpu_run.FULL):
         for section in SECTIONS:
             (cmd,) = gpu_run.part_commands(f"bench-{section}", plan, Path("work"))

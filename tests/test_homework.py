@@ -240,13 +240,14 @@ def test_the_student_edition_of_chapter_0_runs_and_its_stub_fails_with_the_hint(
     command's table is tests above), and its stub fails with the hint."""
     assert homework.main(["student", str(ROOT / "notebooks" / "00_setup.ipynb"), str(tmp_path)]) == 0
     capsys.readouterr()
-    nb = homework.run_for_grading(tmp_path / "00_setup.ipynb", timeout=600)
+    student = tmp_path / "00_setup.ipynb"
+    nb = homework.run_for_grading(student, timeout=600)
     errors = [o for c in nb.cells[:-1] if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
     assert errors == []
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "[FAIL] ex-00-pad: `pad_batch` is not implemented yet" in printed
-    (result,) = homework.grades(nb)
+    (result,) = homework.grades(nb, student)
     assert result.label == "ex-00-pad" and not result.passed and "not implemented" in result.message
 
 

@@ -176,7 +176,7 @@ def _grading_cell(labels: list[str]) -> str:
 
 def grade_notebook(path: Path, timeout: int = 1800) -> list[GradeResult]:
     """Run a notebook in a fresh kernel, then grade every coding exercise in it."""
-    return grades(run_for_grading(path, timeout))
+    return grades(run_for_grading(path, timeout), path)
 
 
 def run_for_grading(path: Path, timeout: int = 1800):
@@ -194,18 +194,17 @@ def run_for_grading(path: Path, timeout: int = 1800):
     if not labels:
         return None
     nb.cells.append(nbformat.v4.new_code_cell(_grading_cell(labels)))
-    nb.metadata["attnbook_path"] = str(path)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     return nb
 
 
-def grades(nb) -> list[GradeResult]:
-    """The grades that :func:`run_for_grading`'s grading cell printed ([] for None)."""
+def grades(nb, path: Path) -> list[GradeResult]:
+    """The grades that the grading cell of :func:`run_for_grading`'s notebook (from ``path``)
+    printed ([] for None)."""
     if nb is None:
         return []
-    path = nb.metadata.get("attnbook_path", "the notebook")
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
     if RESULT_MARKER not in text:
         errors = [o for o in nb.cells[-1].outputs if o.output_type == "error"]

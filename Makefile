@@ -98,12 +98,12 @@ notebooks: $(STAMP)
 # Several minutes on a laptop CPU; writes results/bench/cpu/ (and cuda/) JSON and PNG files,
 # which the appendix "Performance" reads. BENCH_ARGS="--threads 1" on a busy machine.
 bench: $(STAMP)
-	$(PY) -m attnbook.benchmarks $(BENCH_ARGS)
+	$(PY) -m attnbook benchmarks $(BENCH_ARGS)
 
 # The GPU call (README, "GPU notes"). gpu-run needs no install: a lent GPU machine has its own
 # PyTorch and no package index, so the script runs the source with that machine's python3.
 gpu-data: $(STAMP)
-	$(PY) -m attnbook.experiments.gpu_run --prepare-data
+	$(PY) -m attnbook gpu_run --prepare-data
 
 gpu-run:
 	bash tools/gpu_run.sh
@@ -112,7 +112,7 @@ gpu-dry-run: $(STAMP)
 	OUT=$${OUT:-gpu-call-out} PYTHON=$(PY) bash tools/gpu_run.sh --dry-run
 
 student: $(STAMP)
-	$(PY) -m attnbook.book.homework student notebooks student
+	$(PY) -m attnbook homework student notebooks student
 
 clean:
 	rm -rf _build

@@ -57,7 +57,7 @@ def test_time_call_and_attention_cost():
     assert math.isfinite(rows[0]["seconds"])
 
 
-# --- the benchmark suite (python -m attnbook.benchmarks, make bench; appendix "Performance") ---------
+# --- the benchmark suite (python -m attnbook benchmarks, make bench; appendix "Performance") ---------
 
 import json
 import subprocess
@@ -67,7 +67,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbook.benchmarks import suite as bench_suite
-from attnbook.benchmarks import __main__ as benchmarks
+from attnbook.commands import benchmarks
 from attnbook.batching import translation_loss
 from attnbook.transformer import TransformerConfig
 
@@ -75,7 +75,7 @@ TINY = dict(vocab_size=10, d_model=4, h=2, d_ff=8, n_layers=1, dropout=0.0)
 
 
 def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "attnbook.benchmarks", "--quick", "--device", "cpu",
+    run = subprocess.run([sys.executable, "-m", "attnbook", "benchmarks", "--quick", "--device", "cpu",
                           "--threads", "1", "--out", str(tmp_path), "--note", "test"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -90,7 +90,7 @@ def test_quick_suite_writes_json_with_hardware_settings_and_plots(tmp_path):
             assert key in call.hardware
         assert call.hardware["torch"] == torch.__version__ and len(call.load_before) == 3
         assert len(call.git_commit) == 40 and call.date and call.threads == 1
-        assert call.command.startswith("python -m attnbook.benchmarks --quick")
+        assert call.command.startswith("python -m attnbook benchmarks --quick")
         assert 0 < call.wall_s < 300 and res["settings"]
     loop = results["cpu"]["loop"]                 # the real loop against its step alone
     rows = {r["name"]: r for r in loop["results"]}

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from attnbook import BOS_ID, EOS_ID, PAD_ID
+from attnbook.commands import beyond_runs as beyond_runs_command
 from attnbook.attention import padding_mask, scaled_dot_product_attention
 from attnbook.beyond import (GatedRecurrence, LinearAttention, linear_attention,
                              linear_attention_recurrent, linear_recurrence,
@@ -206,9 +207,9 @@ def test_only_puts_one_part_into_the_file_and_keeps_the_others(tmp_path, capsys)
 
     out = tmp_path / "beyond.json"
     tiny = ["--out", str(out), "--steps", "2", "--seeds", "0"]
-    assert beyond_runs.main([*tiny, "--only", "reversal"]) == 0
+    assert beyond_runs_command.main([*tiny, "--only", "reversal"]) == 0
     before = json.loads(out.read_text())
-    assert beyond_runs.main([*tiny, "--only", "variants"]) == 0
+    assert beyond_runs_command.main([*tiny, "--only", "variants"]) == 0
     after = json.loads(out.read_text())
     assert after["reversal"] == before["reversal"]
     assert after["calls"][0] == before["calls"][0] and after["seeds"] == before["seeds"]
@@ -221,11 +222,11 @@ def test_only_puts_one_part_into_the_file_and_keeps_the_others(tmp_path, capsys)
     for r in variants["runs"]:
         assert len(r["exact"]) == len(beyond_runs.REVERSAL["lengths"])
     # another set of seeds, or a damaged file: one line, exit status 2, the file untouched
-    assert beyond_runs.main(["--out", str(out), "--steps", "2", "--seeds", "0", "1",
+    assert beyond_runs_command.main(["--out", str(out), "--steps", "2", "--seeds", "0", "1",
                              "--only", "variants"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert json.loads(out.read_text()) == after
     out.write_text("{not json")
-    assert beyond_runs.main([*tiny, "--only", "variants"]) == 2
+    assert beyond_runs_command.main([*tiny, "--only", "variants"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "not a JSON result" in err and out.read_text() == "{not json"

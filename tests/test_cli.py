@@ -173,11 +173,11 @@ def damage(run: Path, case: str, tmp_path: Path) -> tuple[Path, str]:
     ckpt, tok = bad / "checkpoint.pt", bad / "tokenizer.model"
     if case == "no folder":
         shutil.rmtree(bad)
-        return bad, f"{bad} is not a run folder; train one with `python -m attnbook.commands.train"
+        return bad, f"{bad} is not a run folder; train one with `python -m attnbook train"
     if case == "no checkpoint":
         ckpt.unlink()
         return bad, (f"no checkpoint at {ckpt}; give the folder of a trained run, or train one "
-                     f"with `python -m attnbook.commands.train --preset cpu-tiny --out {bad}`")
+                     f"with `python -m attnbook train --preset cpu-tiny --out {bad}`")
     if case == "no tokenizer":
         tok.unlink()
         return bad, f"no tokenizer at {tok}; copy the run's tokenizer.model from where it was"
@@ -277,21 +277,48 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
 
 # ---- every command: a bad option is one line and exit status 2 ---------------------------------
 
-# Every module run as `python -m attnbook.X` (dotted under attnbook), from the package's table of
-# commands (attnbook.commands.COMMANDS), and the dispatcher itself.
+# Every command of the package's table (attnbook.commands.COMMANDS), and the dispatcher itself.
 from attnbook.commands import COMMANDS as TABLE  # noqa: E402
+from attnbook.commands import FORMERLY, resolve  # noqa: E402
 
 COMMANDS = ["__main__", *(module.removeprefix("attnbook.") for module, _ in TABLE.values())]
 
 
 def test_the_table_of_commands_is_every_module_run_as_a_command():
-    """A module with a __main__ guard (or a package's __main__.py) is in the table, and the
-    table names nothing else: `python -m attnbook --help` lists every command."""
+    """A module with a __main__ guard is a command: it lives in attnbook/commands/ and is in the
+    table, under its own name, and the table names nothing else: `python -m attnbook --help`
+    lists every command."""
     src = Path(__file__).resolve().parents[1] / "src" / "attnbook"
     found = {".".join(p.relative_to(src).with_suffix("").parts) for p in src.rglob("*.py")
              if p.name != "__main__.py" and '__name__ == "__main__"' in p.read_text()}
-    found |= {".".join(p.parent.relative_to(src).parts) for p in src.rglob("*/__main__.py")}
+    assert not list(src.rglob("*/__main__.py")), "a package's __main__.py: make it a command"
     assert found | {"__main__"} == set(COMMANDS) and len(COMMANDS) == len(set(COMMANDS))
+    assert all(module == f"attnbook.commands.{name}" for name, (module, _) in TABLE.items())
+
+
+def test_every_command_recorded_in_the_committed_results_names_one_of_today():
+    """The commands that committed results record, some in an earlier layout of the package
+    (python -m attnbook.experiments.toy_seeds ...), resolve to a command of the table."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    recorded = set()
+    for path in root.rglob("*.json"):
+        res = json.loads(path.read_text())
+        for call in res.get("calls", []) if isinstance(res, dict) else []:
+            recorded |= {c for c in (call["command"], call.get("extra", {}).get("ran")) if c}
+    assert len(recorded) > 40
+    for command in recorded:
+        today = resolve(command)
+        assert today.split()[3] in (*TABLE, "run"), (command, today)
+    assert resolve("python -m attnbook.experiments.toy_seeds --results results/cpu") == \
+        "python -m attnbook toy_seeds --results results/cpu"
+    assert resolve("python -m attnbook.experiments sweep --preset cpu-tiny") == \
+        "python -m attnbook translators sweep --preset cpu-tiny"
+    assert resolve("python -m attnbook run toy_seeds --tiny") == \
+        "python -m attnbook run toy_seeds --tiny"
+    assert set(FORMERLY.values()) <= set(TABLE)
+    for bad in ("python -m attnbook.training.loop", "python -m attnbook nothing", "ls -l"):
+        with pytest.raises(ValueError):
+            resolve(bad)
 
 
 def test_help_prints_the_table(capsys):
@@ -305,21 +332,19 @@ def test_help_prints_the_table(capsys):
 def test_every_command_rejects_a_bad_option_in_one_line_with_status_2(name, capsys):
     import importlib
     module = importlib.import_module(f"attnbook.{name}")
-    if not hasattr(module, "main"):                                    # a package's __main__.py
-        module = importlib.import_module(f"attnbook.{name}.__main__")
     rc, out, err = run_main(module.main, ["--no-such-option"], capsys)
     assert rc == 2, (rc, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and err.endswith("\n"), err
     assert "--no-such-option" in err or "required" in err, err
-    prog = "attnbook" if name == "__main__" else f"attnbook.{name}"    # python -m attnbook ...
+    prog = "attnbook" if name == "__main__" else f"attnbook {name.split('.')[-1]}"
     assert f"see `python -m {prog}" in err, err
 
 
 def test_the_dispatcher_runs_every_command_by_name(capsys):
     from attnbook.__main__ import main
     with pytest.raises(SystemExit) as e:
-        main(["toy_seeds", "--no-such-option"])         # = python -m attnbook.experiments.toy_seeds ...
-    assert e.value.code == 2 and "see `python -m attnbook.experiments.toy_seeds" in capsys.readouterr().err
+        main(["toy_seeds", "--no-such-option"])         # = python -m attnbook toy_seeds ...
+    assert e.value.code == 2 and "see `python -m attnbook toy_seeds" in capsys.readouterr().err
 
 
 # ---- the models the package stores, by name ----------------------------------------------------

@@ -5,7 +5,10 @@ import json
 import nbformat
 import pytest
 
+from attnbook import store
 from attnbook.book import course
+from attnbook.commands import course as course_command
+from twice import merged_again, recording
 
 
 def synthetic(tmp_path):
@@ -25,22 +28,36 @@ def synthetic(tmp_path):
     return path
 
 
-def test_measure_reads_the_kernels_times_and_the_exercises(tmp_path):
-    row = course.measure(synthetic(tmp_path), threads=1)
+def test_the_command_reads_the_kernels_times_and_the_exercises(tmp_path, monkeypatch):
+    """`python -m attnbook course` on a folder of one notebook: its row, through the one way
+    results are written (a second identical call leaves the file as it was)."""
+    saves = recording(monkeypatch)
+    synthetic(tmp_path)
+    out = tmp_path / "course.json"
+    assert course_command.main(["--notebooks", str(tmp_path), "--out", str(out)]) == 0
+    [row] = store.read(out)["notebooks"]
     assert row["notebook"] == "99_page" and row["cells"] == 7 and row["code_cells"] == 3
     assert 0.45 < row["run_seconds"] < 5                       # the two sleeps, and little else
     assert row["prose_words"] == 12       # "A page one ... eight", "Write it.": no markup
     [ex] = row["exercises"]
     assert ex["label"] == "ex-00-pad" and ex["graded"] is True and ex["solution"] is True
     assert 0.18 < ex["seconds"] < 2                           # its solution and the grader call
+    assert merged_again(saves) == ["course"]
 
 
-def test_only_refuses_to_replace_a_whole_result(tmp_path, capsys):
-    out = tmp_path / "course.json"
-    out.write_text(json.dumps({"notebooks": []}))
-    assert course.main(["--only", "00_setup", "--out", str(out)]) == 2
-    assert "would replace" in capsys.readouterr().err
-    assert course.main(["--only", "99_nothing", "--out", str(tmp_path / "new.json")]) == 2
+def test_only_merges_by_notebook_and_refuses_an_unknown_one(tmp_path, capsys):
+    from attnbook.experiments.registry import ROWS
+    old = {"experiment": "course", "format": store.FORMAT, "calls": [{"rows": None}],
+           "words_per_minute": 200, "notebooks": [{"notebook": "01_a", "run_seconds": 1},
+                                                  {"notebook": "02_b", "run_seconds": 2}]}
+    new = {"experiment": "course", "format": store.FORMAT, "calls": [{"rows": None}],
+           "words_per_minute": 200, "notebooks": [{"notebook": "00_z", "run_seconds": 3},
+                                                  {"notebook": "02_b", "run_seconds": 4}]}
+    out = course.in_order(ROWS["course"].merge(old, new), old)
+    assert [(r["notebook"], r["run_seconds"]) for r in out["notebooks"]] == \
+        [("00_z", 3), ("01_a", 1), ("02_b", 4)]
+    assert course_command.main(["--only", "99_nothing", "--out", str(tmp_path / "new.json")]) == 2
+    assert "no notebook 99_nothing" in capsys.readouterr().err
 
 
 def test_the_committed_times_back_the_teachers_page():

@@ -11,7 +11,7 @@ import pytest
 
 from attnbook import data
 from attnbook.data import DataError, load_multi30k, read_lines, read_parallel
-from attnbook.data.__main__ import main as data_command
+from attnbook.commands.data import main as data_command
 
 REAL = os.environ.get(data.ENV_DIR)
 needs_real = pytest.mark.skipif(not REAL, reason=f"set {data.ENV_DIR} to the offline Multi30k copy")

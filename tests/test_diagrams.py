@@ -15,7 +15,7 @@ from attnbook.book import diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "book" / "figures"
-REGENERATE = "regenerate them with `python -m attnbook.book.diagrams` and commit book/figures/"
+REGENERATE = "regenerate them with `python -m attnbook diagrams` and commit book/figures/"
 
 # ![alt](path) and the MyST figure directive (``` or ::: fence) with its options
 MD_IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]+)[^)]*\)")

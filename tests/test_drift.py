@@ -133,7 +133,7 @@ def test_what_is_not_a_quoted_number_is_skipped():
         "In chapter 9, layer 2, head 3 and sentences 0, 50, ..., 950 of seeds 0-2, in 2017:",
         "math $d_k = 1024$ and $$x = 512$$, code `d_ff=2048`, a [link](https://x.org/2048.html),",
         "{cite}`vaswani2017attention`, <!-- 4096 -->, 3 seeds and 12 heads.",
-        "```bash", "python -m attnbook.commands.train --max-steps 2400", "```",
+        "```bash", "python -m attnbook train --max-steps 2400", "```",
         "```{exercise} A title", ":label: ex-09-beam-width", "Measured: 0.123.", "```",
         "After the exercise: 0.456.", "```", "print(789)", "```", "And 0.321.",
         "A label is no decimal: head 2 of the same layer 0.45, layer 2 and 0.34 to 0.57.",

@@ -41,7 +41,7 @@ def test_bleu_by_length_groups_by_source_words():
     assert rows[0]["bleu"] == 100.0 and rows[1]["bleu"] == 100.0 and rows[2]["bleu"] < 10
 
 
-# ---- python -m attnbook.commands.evaluate RUN --src FILE --ref FILE ---------------------------------------
+# ---- python -m attnbook evaluate RUN --src FILE --ref FILE ---------------------------------------
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):

@@ -1,4 +1,4 @@
-"""python -m attnbook.experiments.exercise_runs: every experiment runs (at the tiny scale) and writes the JSON
+"""python -m attnbook exercise_runs: every experiment runs (at the tiny scale) and writes the JSON
 the solutions load; one seed's numbers repeat; --only replaces one entry; bad options are one
 line and exit status 2. About 15 seconds, most of it the two Multi30k experiments."""
 import json
@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbook.experiments import exercise_runs
+from attnbook.commands import exercise_runs as exercise_runs_command
 from attnbook.batching import make_batch
 from attnbook.bleu import bleu
 from attnbook.lm import DecoderOnlyTranslator
@@ -25,7 +26,7 @@ def written(tmp_path_factory):
     Multi30k files are missing)."""
     folder = tmp_path_factory.mktemp("results")
     only = [] if os.environ.get("MULTI30K_DIR") else sum((["--only", n] for n in NO_DATA), [])
-    assert exercise_runs.main(["--results", str(folder), "--tiny", *only]) == 0
+    assert exercise_runs_command.main(["--results", str(folder), "--tiny", *only]) == 0
     return folder
 
 
@@ -35,7 +36,7 @@ def test_the_json_names_every_run_its_spread_and_where_it_ran(written):
     assert list(data["exercises"]) == names
     (call,) = data["calls"]                        # its provenance record (attnbook.store)
     assert call["threads"] == 1 and call["rows"] == names and call["date"][:2] == "20"
-    assert call["command"].startswith("python -m attnbook.experiments.exercise_runs --results ")
+    assert call["command"].startswith("python -m attnbook exercise_runs --results ")
     assert {"torch", "python", "cpu"} <= set(call["hardware"]) and len(call["git_commit"]) == 40
     for name, ex in data["exercises"].items():
         assert ex["scale"] == "tiny" and ex["wall_time_s"] >= 0 and ex["cpu_time_s"] >= 0
@@ -101,7 +102,7 @@ def test_the_same_seed_gives_the_same_numbers(written):
 def test_only_replaces_the_named_entry_and_keeps_the_others(written, tmp_path):
     (tmp_path / "exercises.json").write_text((written / "exercises.json").read_text())
     before = json.loads((tmp_path / "exercises.json").read_text())["exercises"]
-    assert exercise_runs.main(["--results", str(tmp_path), "--tiny", "--only", "ex-06-too-good"]) == 0
+    assert exercise_runs_command.main(["--results", str(tmp_path), "--tiny", "--only", "ex-06-too-good"]) == 0
     merged = json.loads((tmp_path / "exercises.json").read_text())
     after = merged["exercises"]
     assert list(after) == list(before) and len(merged["calls"]) == 2
@@ -118,16 +119,16 @@ def test_only_replaces_the_named_entry_and_keeps_the_others(written, tmp_path):
 ])
 def test_bad_options_are_one_line_and_exit_status_2(capsys, args, message):
     with pytest.raises(SystemExit) as e:
-        exercise_runs.main(args)
+        exercise_runs_command.main(args)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
-    assert message in err and "see `python -m attnbook.experiments.exercise_runs --help`" in err
+    assert message in err and "see `python -m attnbook exercise_runs --help`" in err
 
 
 def test_another_scale_is_refused_in_one_line_before_it_runs(written, tmp_path, capsys):
     (tmp_path / "exercises.json").write_text((written / "exercises.json").read_text())
     before = (tmp_path / "exercises.json").read_text()
-    assert exercise_runs.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
+    assert exercise_runs_command.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "tiny-scale entries" in err
     assert (tmp_path / "exercises.json").read_text() == before
@@ -135,7 +136,7 @@ def test_another_scale_is_refused_in_one_line_before_it_runs(written, tmp_path, 
 
 def test_a_damaged_results_file_is_one_line_and_exit_status_2(capsys, tmp_path):
     (tmp_path / "exercises.json").write_text("{not json")
-    assert exercise_runs.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
+    assert exercise_runs_command.main(["--results", str(tmp_path), "--only", "ex-06-too-good"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "is not a JSON result" in err
 

@@ -2,6 +2,7 @@
 import json
 import math
 import os
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -9,7 +10,10 @@ import torch
 
 from attnbook.batching import make_batch
 from attnbook.experiments.scoring import output_stats, repeats
-from attnbook.experiments.translators import main, summarise
+from attnbook.commands.translators import main
+from attnbook.experiments.translators import summarise
+from attnbook.commands import ablations as ablations_command
+from twice import merged_again, recording
 from attnbook.training.recipe import build_model, differences, override, preset
 from attnbook.training.runs import load_checkpoint
 from attnbook.commands.train import attention_entropy, train
@@ -72,6 +76,7 @@ def test_degenerate_outputs_are_detected():
 @needs_data
 def test_sweep_and_board_commands(tmp_path, monkeypatch):
     import attnbook.experiments.translators as ex
+    saves = recording(monkeypatch)
     # smoke's peak rates are 3e-3: the board reuses the sweep's runs at that rate
     monkeypatch.setattr(ex, "SWEEP_LRS", {"transformer": (3e-3, 1e-2), "gru": (3e-3,)})
     monkeypatch.setattr(ex, "SNAPSHOTS", (6, 10, 20))
@@ -144,6 +149,7 @@ def test_sweep_and_board_commands(tmp_path, monkeypatch):
                  "--preset", "smoke", "--sentences", "6", "--results", "results"]) == 0
     long = json.loads((tmp_path / "results" / "board_long.json").read_text())
     assert long["experiment"] == "board_long" and len(long["runs"]) == 1
+    assert merged_again(saves) == ["board", "board_long", "sweep"]   # each file's last call, again
     r, short = long["runs"][0], next(r for r in board["runs"] if r["model"] == "transformer"
                                      and r["seed"] == 0)
     assert r["steps"] == 24 and list(r["bleu_at_step"]) == ["6", "10", "20", "24"]
@@ -242,9 +248,9 @@ def test_a_run_loads_with_its_last_snapshots_averaged(tmp_path, capsys):
 
 @needs_data
 def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatch):
-    from attnbook.experiments import ablations
+    from attnbook import store
     monkeypatch.chdir(tmp_path)
-    assert ablations.main(["--out", "abl", "--results", "results", "--variants", "base", "heads-8",
+    assert ablations_command.main(["--out", "abl", "--results", "results", "--variants", "base", "heads-8",
                            "--seeds", "0", "1", "--steps", "3", "--sentences", "4",
                            "--jobs", "1"]) == 0
     res = json.loads((tmp_path / "results" / "ablations.json").read_text())
@@ -265,25 +271,26 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
         for r in v["runs"]:
             assert r["val_perplexity"] == pytest.approx(math.exp(r["val_loss"]), rel=1e-3)
     assert str(tmp_path) not in json.dumps(res)
-    assert [c["command"] for c in res["calls"]] == ["python -m attnbook.experiments.ablations --out abl --results "
+    assert [c["command"] for c in res["calls"]] == ["python -m attnbook ablations --out abl --results "
                                                     "results --variants base heads-8 --seeds 0 1 "
                                                     "--steps 3 --sentences 4 --jobs 1"]
-    # --merge adds a variant, in the table's order, and keeps the first call's variants as they were
-    assert ablations.main(["--out", "abl", "--results", "results", "--variants", "heads-1",
-                           "--seeds", "0", "1", "--steps", "3", "--sentences", "4", "--jobs", "1",
-                           "--merge"]) == 0
+    # a call adds a variant, in the table's order, and keeps the first call's variants as they were
+    assert ablations_command.main(["--out", "abl", "--results", "results", "--variants", "heads-1",
+                           "--seeds", "0", "1", "--steps", "3", "--sentences", "4", "--jobs", "1"]) == 0
     merged = json.loads((tmp_path / "results" / "ablations.json").read_text())
     assert [v["variant"] for v in merged["variants"]] == ["base", "heads-1", "heads-8"]
-    assert [v["call"] for v in merged["variants"]] == [0, 1, 0] and len(merged["calls"]) == 2
-    assert merged["calls"][1]["command"].endswith("--merge")
+    made_by = store.Result(merged, Path("ablations.json"))
+    assert [made_by.calls.index(made_by.call_of(v["variant"])) for v in merged["variants"]] == \
+        [0, 1, 0] and len(merged["calls"]) == 2
+    assert merged["calls"][1]["command"].endswith("--variants heads-1 --seeds 0 1 --steps 3 "
+                                                  "--sentences 4 --jobs 1")
     assert merged["variants"][0] == res["variants"][0] and merged["variants"][2] == res["variants"][1]
     assert merged["train_time_s_sum"] == pytest.approx(
         sum(r["train_time_s"] for v in merged["variants"] for r in v["runs"]), abs=0.2)
     # another test set: one line, exit status 2, before anything is trained; the file untouched
     before = (tmp_path / "results" / "ablations.json").read_text()
-    assert ablations.main(["--out", "abl", "--results", "results", "--variants", "d-k-8",
-                           "--seeds", "0", "--steps", "3", "--sentences", "5", "--jobs", "1",
-                           "--merge"]) == 2
+    assert ablations_command.main(["--out", "abl", "--results", "results", "--variants", "d-k-8",
+                           "--seeds", "0", "--steps", "3", "--sentences", "5", "--jobs", "1"]) == 2
     assert not list((tmp_path / "abl").glob("d-k-8*"))
     assert (tmp_path / "results" / "ablations.json").read_text() == before
 
@@ -291,7 +298,11 @@ def test_ablations_change_one_thing_and_summarise_the_seeds(tmp_path, monkeypatc
 def test_ablations_merge_replaces_by_variant_and_refuses_another_setting():
     from attnbook import store
     from attnbook.record import Provenance
-    from attnbook.experiments.ablations import merge
+    from attnbook.experiments.ablations import merged
+    from attnbook.experiments.registry import ROWS
+
+    def merge(old, new):                      # as registry.save merges a call into the file
+        return merged(ROWS["ablations"].merge(old, new), old)
     run = {"seed": 0, "test_bleu": 30.0, "train_time_s": 10.0}
 
     def result(command, variants, **kw):
@@ -306,7 +317,9 @@ def test_ablations_merge_replaces_by_variant_and_refuses_another_setting():
     out = merge(old, new)
     assert [c["command"] for c in out["calls"]] == ["first", "second"]
     assert out["calls"][1]["rows"] == ["heads-8", "d-k-8"]
-    assert [(v["variant"], v["call"]) for v in out["variants"]] == [("base", 0), ("heads-8", 1),
+    made_by = store.Result(out, Path("ablations.json"))
+    assert [(v["variant"], made_by.calls.index(made_by.call_of(v["variant"])))
+            for v in out["variants"]] == [("base", 0), ("heads-8", 1),
                                                                      ("d-k-8", 1)]
     assert out["train_time_s_sum"] == 25.0
     with pytest.raises(store.ResultError, match="preset differ") as e:

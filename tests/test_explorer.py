@@ -1,4 +1,4 @@
-"""The attention explorers' data (python -m attnbook.book.explorer; book/explorer.md for the
+"""The attention explorers' data (python -m attnbook explorer; book/explorer.md for the
 Transformer, book/explorer_bahdanau.md for chapter 2's GRU): softmax rows, shapes that match the
 pieces, the model's own weights, the same bytes twice, no absolute paths; and the committed data
 with the numbers the pages quote."""
@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import attnbook.book.explorer as explorer
+from attnbook.commands import explorer as explorer_command
 from attnbook import BOS_ID, EOS_ID
 from attnbook.decoding import translate
 from attnbook.training.recipe import build_model, override, preset
@@ -117,7 +118,7 @@ def check_data(data: dict) -> None:
 @pytest.mark.parametrize("model,name", [("transformer", "attention"), ("gru-additive", "bahdanau")])
 def test_command_writes_softmax_rows_that_match_the_pieces(new_run, model, name, capsys):
     run = new_run(model)
-    assert explorer.main([f"runs/{model}", "--out", f"out/{name}.json", "--every", "2",
+    assert explorer_command.main([f"runs/{model}", "--out", f"out/{name}.json", "--every", "2",
                           "--count", "3"]) == 0
     assert f"wrote out/{name}.json" in capsys.readouterr().out
     data = json.loads(Path(f"out/{name}.json").read_text(encoding="utf-8"))
@@ -188,13 +189,13 @@ def test_same_run_gives_the_same_bytes_and_no_absolute_path(new_run, model, tmp_
     run = new_run(model)
     outs = []
     for name in ("a", "b"):
-        assert explorer.main([f"runs/{model}", "--out", f"{name}/attention.json", "--count", "2",
+        assert explorer_command.main([f"runs/{model}", "--out", f"{name}/attention.json", "--count", "2",
                               "--every", "3"]) == 0
         outs.append({p.name: p.read_bytes() for p in sorted(Path(name).iterdir())})
     assert outs[0] == outs[1] and len(outs[0]) == 3
     # given by its absolute path, the run is named relative to the working folder, or else by
     # its last two parts: never where it lies on this machine
-    assert explorer.main([str(run), "--out", "c/attention.json", "--count", "2",
+    assert explorer_command.main([str(run), "--out", "c/attention.json", "--count", "2",
                           "--every", "3"]) == 0
     assert explorer.run_name(Path("/somewhere/else/runs/cpu-base")) == "runs/cpu-base"
     for folder in ("a", "c"):
@@ -206,18 +207,18 @@ def test_same_run_gives_the_same_bytes_and_no_absolute_path(new_run, model, tmp_
 
 
 def test_mistakes_are_one_line_errors(new_run, capsys):
-    assert explorer.main(["runs/none", "--out", "x.json"]) == 2
+    assert explorer_command.main(["runs/none", "--out", "x.json"]) == 2
     assert "not a run folder" in capsys.readouterr().err
     for model in ("gru", "decoder-only"):    # no attention to read, or not encoder-decoder
         new_run(model)
-        assert explorer.main([f"runs/{model}", "--out", "x.json"]) == 2
+        assert explorer_command.main([f"runs/{model}", "--out", "x.json"]) == 2
         err = capsys.readouterr().err
         assert f"holds a {model} model" in err and "--model transformer, gru-additive or " \
             "gru-dot" in err and err.count("\n") == 1
     new_run("transformer")
-    assert explorer.main(["runs/transformer", "--out", "x.json", "--count", "7"]) == 2
+    assert explorer_command.main(["runs/transformer", "--out", "x.json", "--count", "7"]) == 2
     assert "hold only" in capsys.readouterr().err
-    assert explorer.main(["runs/transformer", "--out", "x.js"]) == 2
+    assert explorer_command.main(["runs/transformer", "--out", "x.js"]) == 2
     assert "ending in .json" in capsys.readouterr().err
     assert not Path("x.json").exists() and not Path("x.js").exists()
 
@@ -230,7 +231,7 @@ def test_on_multi30k_with_a_trained_smoke_run(tmp_path, monkeypatch, model):
     from attnbook.commands.train import train
     train(preset("smoke", model), tmp_path / "smoke", progress=False)
     monkeypatch.chdir(tmp_path)
-    assert explorer.main(["smoke", "--out", "attention.json"]) == 0
+    assert explorer_command.main(["smoke", "--out", "attention.json"]) == 0
     data = json.loads(Path("attention.json").read_text(encoding="utf-8"))
     check_data(data)
     assert data["meta"]["config"]["model"] == model

@@ -1,7 +1,8 @@
-"""The GPU call (python -m attnbook.experiments.gpu_run, tools/gpu_run.sh): its dry run on the CPU, the time
+"""The GPU call (python -m attnbook gpu_run, tools/gpu_run.sh): its dry run on the CPU, the time
 limits of its parts, its deadline, and the step that turns its files into results."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,12 +13,14 @@ import pytest
 import torch
 
 from attnbook.experiments import gpu_run
+from attnbook.commands import gpu_run as gpu_run_command
 from attnbook.benchmarks.suite import SECTIONS
 from attnbook.store import figure_provenance, load
 from attnbook import record, store
 from attnbook.benchmarks.attention import bench_attention
 from attnbook.training.recipe import preset
 from commandline import run_main
+from twice import merged_again
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +47,34 @@ def dry_run(tmp_path_factory):
     """One dry run of the call: every part but four of the five benchmark sections."""
     return dry_call(tmp_path_factory.mktemp("gpu-call"),
                     *[a for p in DRY_PARTS for a in ("--only", p)])
+
+
+def saved_again(out: Path, copy: Path) -> list:
+    """The call's summary in ``out`` copied to ``copy`` and saved there a second time."""
+    shutil.copy2(out / "gpu_run.json", copy)
+    summary = json.loads(copy.read_text())
+    data = {k: v for k, v in summary.items() if k not in ("experiment", "format", "calls")}
+    call = record.Provenance.from_dict(summary["calls"][0])
+    return merged_again([((summary["experiment"], copy, data, call), {})])
+
+
+def test_every_plan_makes_an_experiment_of_the_registry():
+    """A call's summary is written as its plan's experiment, and --collect copies it to a file
+    that experiment owns: no plan leaves a result file that no experiment made."""
+    from attnbook.experiments.registry import EXPERIMENTS
+    for name in gpu_run.PLANS:
+        experiment = EXPERIMENTS[gpu_run.experiment_of(name)]
+        assert experiment.command == "gpu_run"
+        if not name.startswith("dry"):
+            assert f"gpu/{gpu_run.result_stem(name)}.json" in experiment.result, name
+    assert gpu_run.experiment_of("dry-seeds") == gpu_run.experiment_of("seeds") == "gpu_run_seeds"
+
+
+def test_the_calls_summary_saved_again_is_the_same_file(dry_run, dry_seeds, tmp_path):
+    """The call's summary is written through registry.save, whole (no rows): the same call
+    saved a second time leaves the file byte for byte as it was."""
+    assert saved_again(dry_run[0], tmp_path / "full.json") == ["gpu_run"]
+    assert saved_again(dry_seeds[0], tmp_path / "seeds.json") == ["gpu_run_seeds"]
 
 
 def test_dry_run_runs_every_part_within_its_limit(dry_run):
@@ -96,7 +127,7 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert files == ["cpu/decoding.json", "gpu_run.json", "gpu_run.log", "gpu_run.png"]
     (prov,) = summary["calls"]                     # the one provenance record (attnbook.store)
-    assert prov["command"] == "python -m attnbook.experiments.gpu_run --dry-run " + \
+    assert prov["command"] == "python -m attnbook gpu_run --dry-run " + \
         " ".join(f"--only {p}" for p in DRY_PARTS) + " --out OUT"     # the parts it ran
     assert prov["hardware"]["torch"] == torch.__version__
     assert prov["wall_s"] > 0 and prov["cpu_s"] > 0 and len(prov["git_commit"]) == 40
@@ -108,7 +139,7 @@ def test_dry_run_writes_few_files_with_provenance_and_no_local_paths(dry_run):
         assert str(out) not in text and "/tmp/" not in text and str(ROOT) not in text, f
     res = json.loads((out / "cpu" / "decoding.json").read_text())
     assert res["benchmark"] == "decoding" and res["short"] is True and res["quick"] is True
-    assert res["calls"][0]["command"].startswith("python -m attnbook.benchmarks --only decoding")
+    assert res["calls"][0]["command"].startswith("python -m attnbook benchmarks --only decoding")
     assert (out / "gpu_run.png").stat().st_size > 20_000
     assert figure_provenance(out / "gpu_run.png")["calls"] == summary["calls"]
 
@@ -123,7 +154,7 @@ def test_every_benchmark_part_is_its_section():
     for plan in (gpu_run.DRY, gpu_run.FULL):
         for section in SECTIONS:
             (cmd,) = gpu_run.part_commands(f"bench-{section}", plan, Path("work"))
-            assert cmd[:5] == [sys.executable, "-m", "attnbook.benchmarks", "--only", section]
+            assert cmd[:6] == [sys.executable, "-m", "attnbook", "benchmarks", "--only", section]
             assert cmd[cmd.index("--device") + 1] == plan.device == cmd[cmd.index("--out") + 1]
             assert "--short" in cmd and "--no-plots" in cmd and ("--quick" in cmd) == plan.dry
 
@@ -208,7 +239,7 @@ def test_the_candidates_are_what_the_plan_says():
 def test_command_line_errors_are_one_line(tmp_path, capsys):
     for argv in (["--out", str(tmp_path), "--collect", str(tmp_path)], [],
                  ["--collect", str(tmp_path / "none")], ["--out", str(tmp_path), "--only", "x"]):
-        code, _, err = run_main(gpu_run.main, argv, capsys)
+        code, _, err = run_main(gpu_run_command.main, argv, capsys)
         assert code == 2, argv
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (argv, lines)
@@ -292,7 +323,7 @@ def test_the_seeds_plan_scores_every_run_both_ways_and_bootstraps_the_families(d
     assert summary["dry_run"] is True and list(summary["parts"]) == list(plan.parts)
     assert all(r["status"] == "ok" for r in summary["parts"].values()), summary["parts"]
     assert summary["calls"][0]["command"] == \
-        "python -m attnbook.experiments.gpu_run --dry-run --plan seeds --out OUT"
+        "python -m attnbook gpu_run --dry-run --plan seeds --out OUT"
     assert sorted(p.name for p in out.iterdir()) == ["gpu_run.json", "gpu_run.log", "gpu_run.png",
                                                      "gpu_run_hypotheses.json"]
     runs = summary["scores"]["runs"]
@@ -380,7 +411,7 @@ def test_the_recall_plan_measures_generation_and_collect_takes_its_file(tmp_path
     """The plan 'recall' (chapter 13's cost of generating on a GPU), dry: the check, then
     recall_runs --only generation in OUT; --collect copies its file to results/gpu/."""
     out = tmp_path / "out"
-    assert gpu_run.main(["--dry-run", "--plan", "recall", "--out", str(out),
+    assert gpu_run_command.main(["--dry-run", "--plan", "recall", "--out", str(out),
                          "--work", str(tmp_path / "work")]) == 0
     summary = json.loads((out / "gpu_run.json").read_text())
     assert list(summary["parts"]) == ["check", "recall-generation"]

@@ -1,4 +1,4 @@
-"""Head ablation (python -m attnbook.experiments.head_ablation, book/explorer.md): zeroing a head's slice
+"""Head ablation (python -m attnbook head_ablation, book/explorer.md): zeroing a head's slice
 before W_o is zeroing W_o's columns of that head, the hooks go away, bad heads are refused, the
 losses are the book's validation loss; and the numbers the page quotes are the committed data's."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import attnbook.experiments.head_ablation as ha
+from attnbook.commands import head_ablation as head_ablation_command
 from attnbook.batching import TranslationBatches
 from attnbook.mha import MultiHeadAttention
 from attnbook.training.recipe import preset
@@ -160,7 +161,7 @@ def test_command_on_a_hand_made_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ha, "load_multi30k", lambda split, src, tgt, data_dir=None: PAIRS)
     monkeypatch.chdir(tmp_path)
     make_run(tmp_path / "runs" / "toy")
-    assert ha.main(["--run", "runs/toy", "--out", "out/h.json", "--every", "2",
+    assert head_ablation_command.main(["--run", "runs/toy", "--out", "out/h.json", "--every", "2",
                     "--figure", "out/h.svg"]) == 0
     data = json.loads(Path("out/h.json").read_text(encoding="utf-8"))
     (call,) = data["calls"]                        # its provenance record (attnbook.store)
@@ -171,9 +172,9 @@ def test_command_on_a_hand_made_run(tmp_path, monkeypatch, capsys):
     assert call["hardware"]["cpu_threads"] == 1 and call["threads"] == 1 and call["wall_s"] >= 0
     assert str(tmp_path) not in Path("out/h.json").read_text(encoding="utf-8")
     assert Path("out/h.svg").read_text().lstrip().startswith("<?xml")
-    assert ha.main(["--run", "runs/none", "--out", "x.json"]) == 2
+    assert head_ablation_command.main(["--run", "runs/none", "--out", "x.json"]) == 2
     assert "not a run folder" in capsys.readouterr().err
-    assert ha.main(["--run", str(tmp_path / "runs/toy"), "--out", "x.json"]) == 2
+    assert head_ablation_command.main(["--run", str(tmp_path / "runs/toy"), "--out", "x.json"]) == 2
     assert "relative to the repository" in capsys.readouterr().err
     assert not Path("x.json").exists()
 

@@ -6,6 +6,7 @@ import nbformat
 import pytest
 
 from attnbook.book import homework
+from attnbook.commands import homework as homework_command
 from attnbook.graders import GRADERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,7 +217,7 @@ WRONG = '''def pad_batch(seqs, pad_id=0):
 
 def test_grade_command_table_and_exit_code(tmp_path, capsys):
     solved = tiny_notebook(tmp_path / "solved.ipynb", RIGHT)
-    assert homework.main(["grade", str(solved)]) == 0
+    assert homework_command.main(["grade", str(solved)]) == 0
     out = capsys.readouterr().out
     assert "solved.ipynb" in out and "ex-00-pad" in out and "PASS" in out
     assert "1 passed, 0 failed" in out
@@ -225,7 +226,7 @@ def test_grade_command_table_and_exit_code(tmp_path, capsys):
     tiny_notebook(tmp_path / "class" / "a_wrong.ipynb", WRONG)
     tiny_notebook(tmp_path / "class" / "b_missing.ipynb", None)
     tiny_notebook(tmp_path / "class" / "c_right.ipynb", RIGHT)
-    assert homework.main(["grade", str(tmp_path / "class")]) == 1
+    assert homework_command.main(["grade", str(tmp_path / "class")]) == 1
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if "ex-00-pad" in line]
     assert len(rows) == 3
@@ -238,7 +239,7 @@ def test_grade_command_table_and_exit_code(tmp_path, capsys):
 def test_the_student_edition_of_chapter_0_runs_and_its_stub_fails_with_the_hint(tmp_path, capsys):
     """The student edition of chapter 0 runs to the end, as grading runs it (once: the grade
     command's table is tests above), and its stub fails with the hint."""
-    assert homework.main(["student", str(ROOT / "notebooks" / "00_setup.ipynb"), str(tmp_path)]) == 0
+    assert homework_command.main(["student", str(ROOT / "notebooks" / "00_setup.ipynb"), str(tmp_path)]) == 0
     capsys.readouterr()
     student = tmp_path / "00_setup.ipynb"
     nb = homework.run_for_grading(student, timeout=600)

@@ -17,6 +17,9 @@ from attnbook.data import load_multi30k
 from attnbook.decoding import translate
 from attnbook.experiments.head_ablation import ablate
 from attnbook.training.runs import RunError, load_stored
+from attnbook import store
+from attnbook.commands import live as live_command
+from twice import merged_again, recording
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
                                 reason="needs the Multi30k files (MULTI30K_DIR)")
@@ -178,8 +181,14 @@ def test_a_folder_without_the_graphs_is_a_clear_error(tmp_path):
 
 
 @needs_data
-def test_score_compares_every_form_with_pytorch(tmp_path):
-    result = live.score_forms(tmp_path, sentences=8)
+def test_score_compares_every_form_with_pytorch(tmp_path, monkeypatch):
+    """`python -m attnbook live score`, tiny: every form against PyTorch, written as a result
+    (a second identical call leaves the file as it was)."""
+    saves = recording(monkeypatch)
+    assert live_command.main(["score", "--out", str(tmp_path / "work"), "--results", str(tmp_path),
+                              "--sentences", "8"]) == 0
+    assert merged_again(saves) == ["live"]
+    result = store.read(tmp_path / "live.json")
     assert set(result["forms"]) == {"pytorch", *live.FORMS}
     torch_bleu = result["forms"]["pytorch"]["beam 4, alpha 0.6"]["bleu"]
     for form in ("fp32", "fp16"):

@@ -57,8 +57,19 @@ def imported(name: str, nodes) -> set[str]:
 
 
 def test_the_rules_see_the_package():
-    assert {"attnbook.commands.train", "attnbook.commands.evaluate", "attnbook.data.__main__"} <= COMMANDS
-    assert not {"attnbook.training.loop", "attnbook.data", "attnbook.experiments.sweeps"} & COMMANDS
+    assert {"attnbook.commands.train", "attnbook.commands.evaluate", "attnbook.commands.data",
+            "attnbook.commands.toy_seeds", "attnbook.__main__"} <= COMMANDS
+    assert not {"attnbook.training.loop", "attnbook.data", "attnbook.experiments.toy_seeds",
+                "attnbook.commands"} & COMMANDS
+
+
+def test_commands_live_only_in_the_commands_package():
+    """Every module run as a command is attnbook.commands.NAME (or the dispatcher,
+    ``python -m attnbook``): an experiment's or the book's work sits in its own module, and its
+    command line here."""
+    elsewhere = sorted(c for c in COMMANDS if not c.startswith("attnbook.commands.")
+                       and c != "attnbook.__main__")
+    assert not elsewhere, f"{elsewhere}: move the command's main into attnbook/commands/"
     assert "attnbook.mha" in imported("attnbook.transformer", TREES["attnbook.transformer"].body)
 
 

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from attnbook import PAD_ID
+from attnbook.commands import recall_runs as recall_runs_command
 from attnbook.recall import (MIXERS, generation_cost, mqar_batch, recall_accuracy, recall_loss,
                              recall_model, state_numbers, train_recall, vocab_size)
+from twice import merged_again, recording
 
 
 def test_every_query_asks_for_the_value_that_followed_its_key():
@@ -97,15 +99,16 @@ def test_the_experiments_conv_part_takes_the_convolution_out():
 def test_a_gpu_generation_is_its_own_experiment(tmp_path, monkeypatch):
     """recall_runs --device cuda names the device in the settings and writes experiment
     "recall_gpu", so it never merges into the CPU's file (a GPU is faked: the CPU measures)."""
-    from attnbook.experiments import recall_runs
     seen = []
-    monkeypatch.setattr(recall_runs, "generation_cost",
+    monkeypatch.setattr(recall_runs_command, "generation_cost",
                         lambda kind, lengths, device, **kw: seen.append(device) or
                         [{"mixer": kind, "t": t, "s_per_token": 1e-4, "state_bytes": 8}
                          for t in lengths])
     out = tmp_path / "gpu.json"
-    assert recall_runs.main(["--only", "generation", "--device", "cuda", "--lengths", "8",
+    saves = recording(monkeypatch)
+    assert recall_runs_command.main(["--only", "generation", "--device", "cuda", "--lengths", "8",
                              "--out", str(out)]) == 0
+    assert merged_again(saves) == ["recall_gpu"]
     made = json.loads(out.read_text())
     assert made["experiment"] == "recall_gpu" and made["generation_settings"]["device"] == "cuda"
     assert seen == ["cuda", "cuda"] and len(made["generation"]) == 2

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnbook.experiments import ablations
+from attnbook.commands import ablations as ablations_command
 from attnbook.experiments import sweeps
 from attnbook.experiments.ablations import VARIANTS
 from attnbook.experiments.translators import BASE_CANDIDATES, base_jobs
@@ -141,12 +142,12 @@ def test_each_ablation_changes_what_its_recorded_overrides_say():
 @needs_data
 def test_a_run_folder_saved_flat_is_the_same_run_loads_and_resumes(tmp_path, monkeypatch):
     """Runs trained before TrainConfig held ``arch`` (the ablations being trained as this was
-    written) saved the config flat in metrics.json and the checkpoint. ``ablations --merge``
+    written) saved the config flat in metrics.json and the checkpoint. A call of ``ablations``
     must take them as its own runs (sweeps._train_one: same_run on metrics.json's config)
     and score them without training again; load_run and --resume read them too."""
     monkeypatch.chdir(tmp_path)
     args = ["--out", "abl", "--variants", "d-k-16", "--seeds", "0", "--steps", "2", "--jobs", "1"]
-    assert ablations.main(args) == 0                      # trains the run; no --results
+    assert ablations_command.main(args) == 0                      # trains the run; no --results
     (folder,) = (tmp_path / "abl" / "d-k-16").iterdir()
     metrics = json.loads((folder / "metrics.json").read_text())
     cfg = TrainConfig.from_dict(metrics["config"])
@@ -162,7 +163,7 @@ def test_a_run_folder_saved_flat_is_the_same_run_loads_and_resumes(tmp_path, mon
     def no_training(*a, **kw):
         raise AssertionError("the flat run was not recognised: it would be trained again")
     monkeypatch.setattr(sweeps, "train", no_training)
-    assert ablations.main([*args, "--results", "results", "--merge", "--sentences", "2"]) == 0
+    assert ablations_command.main([*args, "--results", "results", "--sentences", "2"]) == 0
     assert {f: f.stat().st_mtime_ns for f in stamps} == stamps    # nothing of the run rewritten
     (variant,) = json.loads((tmp_path / "results" / "ablations.json").read_text())["variants"]
     assert variant["variant"] == "d-k-16" and variant["overrides"] == {"d_k": 16}

@@ -16,13 +16,13 @@ def test_record_measures_the_call():
 
 def test_under_run_the_record_names_the_command_as_typed(monkeypatch):
     with record.typed_as("python -m attnbook run toy_seeds --tiny"):
-        with record.record("python -m attnbook.experiments.toy_seeds --tiny") as call:
+        with record.record("python -m attnbook toy_seeds --tiny") as call:
             pass
     assert call.command == "python -m attnbook run toy_seeds --tiny"
-    assert call.extra["ran"] == "python -m attnbook.experiments.toy_seeds --tiny"
-    with record.record("python -m attnbook.experiments.toy_seeds --tiny") as after:
+    assert call.extra["ran"] == "python -m attnbook toy_seeds --tiny"
+    with record.record("python -m attnbook toy_seeds --tiny") as after:
         pass                                                  # outside it: the command's own
-    assert after.command == "python -m attnbook.experiments.toy_seeds --tiny" and "ran" not in after.extra
+    assert after.command == "python -m attnbook toy_seeds --tiny" and "ran" not in after.extra
 
 
 def test_the_commit_is_gits_while_src_is_clean_else_the_recorded_one_that_holds_the_code(

@@ -3,6 +3,8 @@ belongs to exactly one experiment, ``--list`` names each with its file and cost,
 experiment with a tiny run makes its result in the one format through the command."""
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from attnbook.record import Provenance
 from attnbook.__main__ import main
 from attnbook.experiments.registry import EXPERIMENTS
 from commandline import run_main
+from twice import merged_again, recording
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
@@ -38,7 +41,7 @@ def test_list_names_every_experiment_its_file_and_cost(capsys, monkeypatch):
     for e in EXPERIMENTS.values():
         assert e.name in out and all(f"results/{r}" in out for r in e.result)
     assert "toy_seeds" in out and "CPU-min" in out and "min of training" in out
-    assert out.count("cost ") == out.count("full run: python -m attnbook.") == out.count("rows: ") == len(EXPERIMENTS)
+    assert out.count("cost ") == out.count("full run: python -m attnbook ") == out.count("rows: ") == len(EXPERIMENTS)
     # the key of each experiment that merges, as its value holds it
     assert "runs, one per (name, seed); a merge keeps seeds, scale" in out
     assert "variants, one per (variant); a merge keeps preset, test_set" in out
@@ -77,9 +80,20 @@ def test_mistakes_are_one_line(argv, message, capsys, monkeypatch):
     assert message in err, err
 
 
+SAVES: list = []          # what the commands gave registry.save in the running test (twice.py)
+
+
+@pytest.fixture(autouse=True)
+def saves_recorded(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "SAVES", recording(monkeypatch))
+
+
 def tiny(name: str, out: str = "tiny", *more) -> dict:
-    """Run NAME tiny into ./out (the tests chdir to a temporary folder); its result(s)."""
+    """Run NAME tiny into ./out (the tests chdir to a temporary folder); its result(s), after
+    checking that the same call merged a second time leaves each of its files unchanged."""
+    SAVES.clear()
     assert main(["run", name, "--tiny", "--out", out, *more]) == 0
+    assert merged_again(SAVES) == [name]
     return {p.relative_to(out).as_posix(): store.read(p) for p in Path(out).rglob("*.json")
             if p.parent.name != "runs" and "runs" not in p.relative_to(out).parts
             and p.name not in ("metrics.json", "config.json")}
@@ -98,23 +112,23 @@ def check(result: dict, name: str, command: str) -> None:
 def test_tiny_toy_seeds_then_only_merges_by_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     made = tiny("toy_seeds", "tiny", "--seeds", "0")
-    check(made["toy_seeds.json"], "toy_seeds", "python -m attnbook.experiments.toy_seeds --results tiny")
+    check(made["toy_seeds.json"], "toy_seeds", "python -m attnbook toy_seeds --results tiny")
     assert main(["run", "toy_seeds", "--tiny", "--out", "tiny", "--seeds", "0",
                  "--only", "copy"]) == 0
     merged = store.read(Path("tiny/toy_seeds.json"))
     assert [c["rows"] for c in merged["calls"]] == [None, ["copy/0"]]
     # another seed set is refused in one line, and the file is left as it was
     before = Path("tiny/toy_seeds.json").read_text()
-    with pytest.raises(SystemExit) as e:
-        main(["run", "toy_seeds", "--tiny", "--out", "tiny", "--seeds", "1", "--only", "copy"])
-    assert e.value.code == 2 and Path("tiny/toy_seeds.json").read_text() == before
+    assert main(["run", "toy_seeds", "--tiny", "--out", "tiny", "--seeds", "1", "--only",
+                 "copy"]) == 2
+    assert Path("tiny/toy_seeds.json").read_text() == before
 
 
 def test_tiny_arithmetics(tmp_path, monkeypatch):
     """Three workers, each in its environment: their arithmetic is what the caps say."""
     monkeypatch.chdir(tmp_path)
     made = tiny("arithmetics")["arithmetics.json"]
-    check(made, "arithmetics", "python -m attnbook.experiments.arithmetics --results tiny")
+    check(made, "arithmetics", "python -m attnbook arithmetics --results tiny")
     rows = {a["name"]: a for a in made["arithmetics"]}
     assert list(rows) == ["native", "avx2", "plain"]
     assert rows["plain"]["made_with"]["cpu_capability"] == "DEFAULT"
@@ -132,13 +146,13 @@ def test_tiny_arithmetics(tmp_path, monkeypatch):
 
 def test_tiny_exercises(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    check(tiny("exercises")["exercises.json"], "exercises", "python -m attnbook.experiments.exercise_runs")
+    check(tiny("exercises")["exercises.json"], "exercises", "python -m attnbook exercise_runs")
 
 
 def test_tiny_beyond(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check(tiny("beyond", "tiny", "--seeds", "0")["beyond.json"], "beyond",
-          "python -m attnbook.experiments.beyond_runs")
+          "python -m attnbook beyond_runs")
 
 
 def test_tiny_recall_then_only_merges_by_key(tmp_path, monkeypatch):
@@ -147,7 +161,7 @@ def test_tiny_recall_then_only_merges_by_key(tmp_path, monkeypatch):
     each call is appended with the parts it made."""
     monkeypatch.chdir(tmp_path)
     made = tiny("recall", "tiny", "--seeds", "0", "--only", "state")["recall.json"]
-    check(made, "recall", "python -m attnbook.experiments.recall_runs")
+    check(made, "recall", "python -m attnbook recall_runs")
     assert main(["run", "recall", "--tiny", "--out", "tiny", "--seeds", "0",
                  "--only", "generation"]) == 0
     made = store.read(Path("tiny/recall.json"))
@@ -170,21 +184,21 @@ def test_tiny_recall_then_only_merges_by_key(tmp_path, monkeypatch):
 
 def test_tiny_bench(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    check(tiny("bench")["cpu/decoding.json"], "bench", "python -m attnbook.benchmarks")
+    check(tiny("bench")["cpu/decoding.json"], "bench", "python -m attnbook benchmarks")
 
 
 @needs_data
 def test_tiny_ablations(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check(tiny("ablations", "tiny", "--seeds", "0")["ablations.json"], "ablations",
-          "python -m attnbook.experiments.ablations")
+          "python -m attnbook ablations")
 
 
 @needs_data
 def test_tiny_sweep_and_board(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    check(tiny("sweep")["sweep.json"], "sweep", "python -m attnbook.experiments.translators sweep")
-    check(tiny("board")["board.json"], "board", "python -m attnbook.experiments.translators board")
+    check(tiny("sweep")["sweep.json"], "sweep", "python -m attnbook translators sweep")
+    check(tiny("board")["board.json"], "board", "python -m attnbook translators board")
     # --only MODEL adds a model's runs to both files: the old rows, choices and summaries stay
     for name in ("sweep", "board"):
         before = store.read(Path(f"tiny/{name}.json"))
@@ -199,11 +213,11 @@ def test_tiny_sweep_and_board(tmp_path, monkeypatch):
     assert all("conv" in e and "transformer" in e for e in after["examples"])
     # a sweep at another preset and rates, under its own name
     made = tiny("sweep_base")["sweep_base.json"]
-    check(made, "sweep_base", "python -m attnbook.experiments.translators sweep")
+    check(made, "sweep_base", "python -m attnbook translators sweep")
     assert sorted(r["peak_lr"] for r in made["runs"]) == [2e-3, 4e-3] and made["preset"] == "smoke"
     assert set(made["chosen_peak_lr"]) == {"gru-additive"}
     made = tiny("base")["cpu_base.json"]
-    check(made, "base", "python -m attnbook.experiments.translators base")
+    check(made, "base", "python -m attnbook translators base")
     assert {r["config"]["max_steps"] for r in made["runs"]} == {2} and made["preset"] == "cpu-base"
 
 
@@ -214,7 +228,7 @@ def test_tiny_evening_then_only_merges(tmp_path, monkeypatch):
     keeping the other model's runs and the pair's bootstrap."""
     monkeypatch.chdir(tmp_path)
     made = tiny("evening")["evening.json"]
-    check(made, "evening", "python -m attnbook.experiments.evening")
+    check(made, "evening", "python -m attnbook evening")
     assert [(r["model"], r["seed"]) for r in made["runs"]] == [("transformer", 0), ("gru-additive", 0)]
     assert all(r["config"]["preset"] == "cpu-base" and r["config"]["max_steps"] == 2
                and r["threads"] == 2 for r in made["runs"])
@@ -250,15 +264,37 @@ def test_tiny_timing_then_what_measures_its_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     made = tiny("timing_2threads")
     check(made["cpu_tiny_transformer_2threads.json"], "timing_2threads",
-          "python -m attnbook.commands.train --preset smoke")
+          "python -m attnbook train --preset smoke")
     assert made["cpu_tiny_transformer_2threads.json"]["steps"] == 2
     check(tiny("score_scales")["score_scales.json"], "score_scales",
-          "python -m attnbook.experiments.score_scales")
+          "python -m attnbook score_scales")
     check(tiny("head_ablation")["head_ablation.json"], "head_ablation",
-          "python -m attnbook.experiments.head_ablation")
+          "python -m attnbook head_ablation")
     made = tiny("head_ablation_cpu_tiny", "tiny", "--seeds", "0")
     check(made["head_ablation_cpu_tiny/seed0.json"], "head_ablation_cpu_tiny",
-          "python -m attnbook.experiments.head_ablation")
+          "python -m attnbook head_ablation")
+
+
+# Experiments whose call is the GPU call: its dry run runs in tests/test_gpu_run.py, in a process
+# of its own, and the call writes its summary through registry.save, whole; the test there saves
+# the full plan's summary again. The eager plan's is written by the same function.
+MERGED_TWICE_ELSEWHERE = {"gpu_run_eager": "the full plan's summary (tests/test_gpu_run.py)"}
+
+
+def test_every_tiny_run_is_merged_twice_by_a_test():
+    """Each experiment with a tiny run has a test that runs it and merges its call a second
+    time (tests/twice.py): here through tiny(), elsewhere `merged_again(saves) == [...]` (or
+    `saved_again`, the GPU call's)."""
+    checked = set()
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        text = path.read_text()
+        if path.name == "test_registry.py":
+            checked |= set(re.findall(r'\btiny\("(\w+)"', text))
+        for m in re.finditer(r"(?:merged|saved)_again\(.*\) == \[([^\]]*)\]", text):
+            checked |= set(re.findall(r'"(\w+)"', m.group(1)))
+    want = {name for name, e in EXPERIMENTS.items() if e.tiny}
+    assert want - set(MERGED_TWICE_ELSEWHERE) <= checked, sorted(want - checked)
+    assert checked <= set(EXPERIMENTS) and len(want) >= 20
 
 
 # --- the commands the prose shows -----------------------------------------------------------
@@ -281,12 +317,12 @@ def test_the_prose_rebuilds_committed_results_only_through_the_registry():
     the registry, once); a page that writes an experiment's full command into results/cpu,
     results/gpu or results/bench by hand would drift from it."""
     import re
-    modules = {e.module for e in EXPERIMENTS.values()}
-    by_hand = re.compile(r"python -m attnbook\.(\w+)[^\n`]*--(?:out|results) results/(?:cpu|gpu|bench)")
+    commands = {e.command for e in EXPERIMENTS.values()}
+    by_hand = re.compile(r"python -m attnbook (\w+)[^\n`]*--(?:out|results) results/(?:cpu|gpu|bench)")
     named = re.compile(r"python -m attnbook run (?!--)([\w-]+)")
     found = []
     for page, text in _prose():
-        found += [f"{page}: {m.group(0)}" for m in by_hand.finditer(text) if m.group(1) in modules]
+        found += [f"{page}: {m.group(0)}" for m in by_hand.finditer(text) if m.group(1) in commands]
         found += [f"{page}: unknown experiment {m.group(1)!r}" for m in named.finditer(text)
                   if m.group(1) not in EXPERIMENTS and m.group(1) != "NAME"]
     assert not found, "\n".join(found)

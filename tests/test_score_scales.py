@@ -10,7 +10,7 @@ import torch
 from attnbook.batching import make_batch
 from attnbook.training.recipe import build_model, override, preset
 from attnbook.experiments.scales import STATS, score_statistics, width_sweep
-from attnbook.experiments.score_scales import main
+from attnbook.commands.score_scales import main
 from attnbook.transformer import Transformer, TransformerConfig
 
 def tiny(seed=0, **kw):
@@ -85,7 +85,7 @@ def test_the_command_writes_trained_and_initialised_statistics(tmp_path, monkeyp
     assert main(["--run", "runs/smoke", "--average", "1", "--sentences", "16",
                  "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["calls"][0]["command"] == ("python -m attnbook.experiments.score_scales --run runs/smoke --average 1 "
+    assert result["calls"][0]["command"] == ("python -m attnbook score_scales --run runs/smoke --average 1 "
                                  f"--sentences 16 --out {out}")
     names = ["encoder.0.self_attn", "decoder.0.self_attn", "decoder.0.cross_attn"]
     for part in ("trained", "initialised"):

@@ -95,7 +95,7 @@ def test_setup_cell_installs_package_and_data_where_attnbook_is_missing(tmp_path
     url, branch = add_setup_cell.repository()
     assert calls == [[sys.executable, "-m", "pip", "install", "--quiet",
                       f"attnbook @ git+{url}@{branch}"],
-                     [sys.executable, "-m", "attnbook.data", "download"]]
+                     [sys.executable, "-m", "attnbook", "data", "download"]]
 
 
 def test_tool_is_idempotent_and_moves_the_cell_first(tmp_path):

@@ -16,6 +16,7 @@ from attnbook.experiments.speedrun import (LADDER, LONGER, PRESET_ROW, REJECTED,
                                            config, snapshots, verdicts)
 from attnbook.training.recipe import differences, preset
 from attnbook.utils import native_bf16
+from twice import merged_again, recording
 
 needs_data = pytest.mark.skipif(not os.environ.get("MULTI30K_DIR"),
                                 reason="needs the Multi30k files (MULTI30K_DIR)")
@@ -75,11 +76,13 @@ def test_a_row_is_kept_when_it_beats_its_kept_parent_over_the_seeds_both_have():
 @needs_data
 def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    saves = recording(monkeypatch)
     assert main(["run", "speedrun", "--tiny", "--out", "tiny"]) == 0
+    assert merged_again(saves) == ["speedrun"]              # a second identical call: no change
     made = store.read(Path("tiny/speedrun.json"))
     assert made["experiment"] == "speedrun"
     assert Provenance.from_dict(made["calls"][0]).extra["ran"].startswith(
-        "python -m attnbook.experiments.speedrun")
+        "python -m attnbook speedrun")
     assert [(r["row"], r["seed"]) for r in made["runs"]] == [("vocab4000", 0), ("steps1600", 0)]
     assert set(made["bench"]) == {"vocab4000"}            # a longer row's steps are the preset's
     assert all(b["s_per_step"] > 0 and b["target_tokens_per_s"] > 0 for b in made["bench"].values())
@@ -105,7 +108,7 @@ def test_tiny_speedrun_then_only_merges(tmp_path, monkeypatch):
 
 @needs_data
 def test_a_longer_row_waits_for_the_run_it_resumes(tmp_path):
-    from attnbook.experiments.speedrun import main as speedrun
+    from attnbook.commands.speedrun import main as speedrun
     with pytest.raises(SystemExit, match="train its row first"):
         speedrun(["--rows", "steps2000", "--seeds", "0", "--max-steps", "2", "--no-bench",
                   "--out", os.path.relpath(tmp_path)])
@@ -129,7 +132,7 @@ def test_each_row_is_compared_with_the_evening_model_seed_with_seed():
 
 
 def test_a_comparison_with_missing_evening_runs_says_what_to_run(tmp_path, capsys):
-    from attnbook.experiments.speedrun import main as speedrun
+    from attnbook.commands.speedrun import main as speedrun
     with pytest.raises(SystemExit):
         speedrun(["--rows", "vocab4000", "--out", "runs", "--evening",
                   os.path.relpath(tmp_path)])

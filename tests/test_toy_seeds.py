@@ -1,4 +1,4 @@
-"""python -m attnbook.experiments.toy_seeds: Part I's runs with several seeds, as the chapters make seed 0.
+"""python -m attnbook toy_seeds: Part I's runs with several seeds, as the chapters make seed 0.
 
 Tiny scale (a few steps): the numbers mean nothing, but the code path is the chapters' own, so
 the same seed must give the same numbers, bit for bit.
@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 
 from attnbook import store
 from attnbook.experiments import toy_seeds
+from attnbook.commands import toy_seeds as toy_seeds_command
 from attnbook.store import Result
 from attnbook.record import Provenance
 from attnbook.reproduce import NotReproduced
@@ -36,14 +37,14 @@ def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("toy_seeds")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(folder)
-        assert toy_seeds.main(["--results", "out", "--tiny", "--seeds", "0"]) == 0
+        assert toy_seeds_command.main(["--results", "out", "--tiny", "--seeds", "0"]) == 0
     return json.loads((folder / "out" / "toy_seeds.json").read_text())
 
 
 def test_the_json_has_every_run_and_names_its_making(tiny):
     (call,) = tiny["calls"]                        # its provenance record (attnbook.store)
     assert tiny["scale"] == "tiny" and tiny["seeds"] == [0] and call["threads"] == 1
-    assert call["command"] == "python -m attnbook.experiments.toy_seeds --results out --tiny --seeds 0"
+    assert call["command"] == "python -m attnbook toy_seeds --results out --tiny --seeds 0"
     assert call["date"] and call["wall_s"] > 0 and call["cpu_s"] > 0 and call["load_before"]
     assert call["hardware"]["torch"] == torch.__version__ and len(call["git_commit"]) == 40
     assert [(r["name"], r["seed"]) for r in tiny["runs"]] == \
@@ -180,7 +181,7 @@ def test_the_spread_figure_draws_a_band_and_every_seed(tiny):
 
 def test_help_and_one_line_errors(capsys, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as e:
-        toy_seeds.main(["--help"])
+        toy_seeds_command.main(["--help"])
     assert e.value.code == 0 and "--results" in capsys.readouterr().out
     monkeypatch.chdir(tmp_path)
     for argv in (["--results", "out", "--seeds", "0", "0"],
@@ -189,7 +190,7 @@ def test_help_and_one_line_errors(capsys, tmp_path, monkeypatch):
                  ["--results", "out", "--steps", "5"],
                  []):
         with pytest.raises(SystemExit) as e:
-            toy_seeds.main(argv)
+            toy_seeds_command.main(argv)
         err = capsys.readouterr().err
         assert e.value.code == 2, argv
         assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -219,9 +220,9 @@ def test_the_committed_result_is_complete_and_names_no_local_paths():
 def test_merge_puts_runs_into_the_file_and_keeps_the_rest(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     base = ["--results", "out", "--tiny", "--seeds", "0", "--no-timing"]
-    assert toy_seeds.main([*base, "--runs", "no-attention", "additive"]) == 0
+    assert toy_seeds_command.main([*base, "--runs", "no-attention", "additive"]) == 0
     before = json.loads((tmp_path / "out" / "toy_seeds.json").read_text())
-    assert toy_seeds.main([*base, "--runs", "copy", "--merge"]) == 0
+    assert toy_seeds_command.main([*base, "--runs", "copy"]) == 0          # merged by key
     after = json.loads((tmp_path / "out" / "toy_seeds.json").read_text())
     assert [(r["name"], r["seed"]) for r in after["runs"]] == \
         [("no-attention", 0), ("additive", 0), ("copy", 0)]
@@ -230,23 +231,21 @@ def test_merge_puts_runs_into_the_file_and_keeps_the_rest(tmp_path, monkeypatch,
     assert list(after["run_specs"]) == list(after["spread"]) == ["no-attention", "additive", "copy"]
     assert after["run_specs"]["copy"]["task"] == "copy"
     call = after["calls"][1]
-    assert call["rows"] == ["copy/0"] and call["command"].endswith("--runs copy --merge")
+    assert call["rows"] == ["copy/0"] and call["command"].endswith("--runs copy")
     assert set(after["runs"][2]["alignment"]) == {"largest", "diagonal", "left", "right", "band"}
     # merging a run again replaces it, and the second call is recorded too
-    assert toy_seeds.main([*base, "--runs", "copy", "--merge"]) == 0
+    assert toy_seeds_command.main([*base, "--runs", "copy"]) == 0
     again = json.loads((tmp_path / "out" / "toy_seeds.json").read_text())
     timeless = [[{k: v for k, v in r.items() if k not in ("train_seconds", "ms_per_step")}
                  for r in result["runs"]] for result in (again, after)]
     assert timeless[0] == timeless[1] and len(again["calls"]) == 3
-    # what --merge refuses, in one line each
-    for argv in ([*base[:-1], "--runs", "copy", "--merge"],                  # timing on
-                 ["--results", "nowhere", "--tiny", "--seeds", "0", "--no-timing", "--merge"],
-                 ["--results", "out", "--tiny", "--seeds", "0", "1", "--no-timing", "--merge"],
-                 ["--results", "out", "--seeds", "0", "--no-timing", "--merge"]):   # full scale
-        with pytest.raises(SystemExit) as e:
-            toy_seeds.main(argv)
+    # other seeds or another scale than the file's: one line each, before anything is trained
+    for argv in (["--results", "out", "--tiny", "--seeds", "0", "1", "--no-timing"],
+                 ["--results", "out", "--seeds", "0", "--no-timing"]):   # full scale
+        assert toy_seeds_command.main(argv) == 2
         err = capsys.readouterr().err
-        assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+        assert "differ from those of the file" in err, err
     assert json.loads((tmp_path / "out" / "toy_seeds.json").read_text()) == again
 
 

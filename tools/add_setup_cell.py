@@ -6,7 +6,7 @@
 A notebook opened alone (on Colab, or downloaded from the book) has no `attnbook` package and no
 data. Its first code cell, written by this script, installs the package from the book's
 repository (`repository: url` and `branch` in _config.yml, the one place the address lives) and
-downloads Multi30k (`python -m attnbook.data download`), but only when `attnbook` cannot be
+downloads Multi30k (`python -m attnbook data download`), but only when `attnbook` cannot be
 imported. In the repository (after `make install`) and on Binder the package is installed, so the
 cell does nothing and prints nothing, and nbval's comparison of outputs is unchanged.
 
@@ -43,7 +43,7 @@ if importlib.util.find_spec("attnbook") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     f"attnbook @ git+{{BOOK_REPOSITORY}}@{branch}"], check=True)
     importlib.invalidate_caches()
-    subprocess.run([sys.executable, "-m", "attnbook.data", "download"], check=True)'''
+    subprocess.run([sys.executable, "-m", "attnbook", "data", "download"], check=True)'''
 
 
 def repository(config: Path = ROOT / "_config.yml") -> tuple[str, str]:

@@ -6,11 +6,11 @@
     python -m attnbook run NAME --only KEY         # one part (a run, a variant, an exercise)
     python -m attnbook run NAME --tiny --out DIR   # a tiny run into DIR (relative; default
                                                    # runs/tiny/NAME): seconds (the tests)
-    python -m attnbook train ...                   # = python -m attnbook.commands.train ... (any command)
+    python -m attnbook train ...                   # = python -m attnbook train ... (any command)
 
-``run`` looks NAME up in :mod:`attnbook.experiments.registry` and calls its command's ``main`` (found by name,
-as ``python -m`` finds it); the command writes its result through :mod:`attnbook.store`.
-Mistakes are one line ``error: ...`` and exit status 2.
+``run`` looks NAME up in :mod:`attnbook.experiments.registry` and calls the ``main`` of its command
+(:mod:`attnbook.commands`); the command writes its result through
+:func:`attnbook.experiments.registry.save`. Mistakes are one line ``error: ...`` and exit status 2.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 
 from .cli import Parser, fail
 from .commands import COMMANDS, table
-from .experiments.registry import EXPERIMENTS, run
+from .experiments.registry import EXPERIMENTS
 from . import record
 from .store import ResultError, find
 
@@ -34,7 +34,7 @@ def listing() -> str:
         only = f"; --only KEY runs one part ({' '.join(e.only)})" if e.only else ""
         rows = e.rows.describe() if e.rows else "the whole file, made by one call"
         lines += [f"{e.name:<23} {', '.join(f'results/{r}' for r in e.result)}",
-                  f"{pad}full run: python -m attnbook.{e.module} {' '.join(e.args)}",
+                  f"{pad}full run: python -m attnbook {e.command} {' '.join(e.args)}",
                   f"{pad}variants: {seeds}{only}",
                   f"{pad}rows: {rows}",
                   f"{pad}shown in {e.shown_in}; cost {e.cost()}"
@@ -84,11 +84,11 @@ def run_command(argv: list[str]) -> int:
         runs = [[a.replace("{seed}", str(s)) for a in cmd] for s in seeds]
     else:
         runs = [cmd]
-    # the records name the command as typed (record), the module's in their extra
+    # the records name the command as typed (record), and the command it ran in their extra
     with record.typed_as(shlex.join(["python", "-m", "attnbook", "run", *argv])):
         for one in runs:
-            print(f"python -m attnbook.{e.module} {' '.join(one)}", flush=True)
-            status = run(e.name, one, out)
+            print(f"python -m attnbook {e.command} {' '.join(one)}", flush=True)
+            status = command(e.command).main(one)
             if status:
                 return status
     if out:
@@ -101,16 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.split("``run`` looks NAME")[0].rstrip() + "\n\ncommands:\n" + table())
         return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "run":
+    name, rest = argv[0], argv[1:]
+    if name == "run":
         return run_command(rest)
-    if command not in COMMANDS:
-        return fail(f"unknown command {command!r}; give run or one of {', '.join(COMMANDS)}; "
+    if name not in COMMANDS:
+        return fail(f"unknown command {name!r}; give run or one of {', '.join(COMMANDS)}; "
                     "see `python -m attnbook --help`")
-    module = importlib.import_module(COMMANDS[command][0])
-    if not hasattr(module, "main"):                            # a package: attnbook.data
-        module = importlib.import_module(COMMANDS[command][0] + ".__main__")
-    return module.main(rest)
+    return command(name).main(rest)
+
+
+def command(name: str):
+    """The module of command ``name`` (``attnbook.commands.NAME``), imported when it runs."""
+    return importlib.import_module(COMMANDS[name][0])
 
 
 if __name__ == "__main__":

@@ -482,7 +482,7 @@ def reversal_accuracy(model: nn.Module, lengths: Sequence[int], n_symbols: int,
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 13's reversal experiment: its settings and one run (``python -m attnbook.experiments.beyond_runs``
+# Chapter 13's reversal experiment: its settings and one run (``python -m attnbook beyond_runs``
 # makes every run; the chapter and its exercises use the same settings)
 
 REVERSAL = dict(n_symbols=8, min_len=1, max_len=16, steps=1500, batch_size=32, lr=3e-3,

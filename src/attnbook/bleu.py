@@ -5,7 +5,7 @@ the four precisions by a geometric mean and penalises outputs shorter than the r
 always report it the way sacreBLEU recommends: detokenised, cased text, its default 13a
 tokenisation, and the *signature* that says exactly how the number was computed.
 
-Translations come from :func:`attnbook.decoding.translate`; ``python -m attnbook.commands.evaluate``
+Translations come from :func:`attnbook.decoding.translate`; ``python -m attnbook evaluate``
 scores a trained run with these functions.
 """
 from __future__ import annotations

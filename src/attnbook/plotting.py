@@ -123,7 +123,7 @@ def plot_accuracy_spread(results, ax=None, title="Accuracy against input length,
 
     results: a dict {model label: list of accuracy dicts, one per seed}, each with the keys of
     ``attnbook.toy.accuracy_by_length`` ("length", "exact", "token"), as the runs of
-    ``python -m attnbook.experiments.toy_seeds`` have them. metrics: "exact" (solid) and/or "token" (dashed).
+    ``python -m attnbook toy_seeds`` have them. metrics: "exact" (solid) and/or "token" (dashed).
     Each model keeps one colour (in the order of ``plot_accuracy_by_length``). ``legend_loc``:
     where the legend goes, matplotlib's ``loc`` ("lower left", or (x, y) of its lower left corner
     in axes coordinates). Returns the Axes.

@@ -1,6 +1,6 @@
 """How a call was made: the provenance that every result file, benchmark and figure carries.
 
-    with record("python -m attnbook.benchmarks --section loop", threads=1) as call:
+    with record("python -m attnbook benchmarks --section loop", threads=1) as call:
         ...                                    # the work
     call.wall_s, call.cpu_s, call.git_commit   # measured, and where the code came from
 
@@ -144,10 +144,10 @@ def _cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
-def command_line(prog: str, argv) -> str:
-    """The command as typed: ``command_line("attnbook.experiments.toy_seeds", ["--tiny"])`` ->
-    'python -m attnbook.experiments.toy_seeds --tiny'."""
-    return shlex.join(["python", "-m", prog, *map(str, argv)])
+def command_line(command: str, argv) -> str:
+    """The command as typed: ``command_line("toy_seeds", ["--tiny"])`` ->
+    'python -m attnbook toy_seeds --tiny' (one of the commands of ``python -m attnbook``)."""
+    return shlex.join(["python", "-m", "attnbook", command, *map(str, argv)])
 
 
 @contextmanager

@@ -67,12 +67,7 @@ def merge(old: dict, new: dict, rows: str, by=(), same=()) -> dict:
                           f"format {old.get('format')!r}, the results of "
                           f"{new.get('experiment')!r}; "
                           "give the experiment's own result file")
-    for key in same:
-        if old.get(key) != new.get(key):
-            raise ResultError(f"{key} differ from those of the file (file: "
-                              f"{json.dumps(old.get(key))[:80]}, this call: "
-                              f"{json.dumps(new.get(key))[:80]}); run with the file's {key}, or "
-                              "write to another file")
+    check_same(old, new, same)
     out = {**old, **{k: v for k, v in new.items() if k != "calls"}}
     if rows == "":
         made = [k for k in by if k in new]
@@ -90,6 +85,17 @@ def merge(old: dict, new: dict, rows: str, by=(), same=()) -> dict:
         c["rows"] = made
     out["calls"] = [*old["calls"], *calls]
     return out
+
+
+def check_same(old: dict, new: dict, same) -> None:
+    """ResultError (one line) unless ``old`` and ``new`` hold equal values under the keys
+    ``same``: the settings that every row of a file shares."""
+    for key in same:
+        if old.get(key) != new.get(key):
+            raise ResultError(f"{key} differ from those of the file (file: "
+                              f"{json.dumps(old.get(key))[:80]}, this call: "
+                              f"{json.dumps(new.get(key))[:80]}); run with the file's {key}, or "
+                              "write to another file")
 
 
 def figure_metadata(res: dict) -> dict:

@@ -10,7 +10,7 @@ Models are called as ``model(inputs, mask) -> logits (B, T, n_classes)``, which 
 
 Chapter 5's neighbour task and its model are built inline in their chapter first (chapter 6's
 greedy generation too, whose package version is :func:`attnbook.decoding.greedy_generate`); the
-versions here serve ``python -m attnbook.experiments.exercise_runs`` (the measured answers of the exercises),
+versions here serve ``python -m attnbook exercise_runs`` (the measured answers of the exercises),
 and each chapter checks that its own agrees.
 """
 from __future__ import annotations

@@ -35,7 +35,7 @@ SYMBOL_OFFSET = 4           # the first symbol's id: 0-3 are PAD, UNK, BOS, EOS
 TASKS = ("reverse", "copy")
 
 # The reversal experiment of Part I: the settings chapters 1-3 train and score their models with,
-# and that ``python -m attnbook.experiments.toy_seeds`` repeats for more seeds. One definition, so that the
+# and that ``python -m attnbook toy_seeds`` repeats for more seeds. One definition, so that the
 # chapters and the command cannot drift apart.
 PART1 = dict(
     task=dict(n_symbols=20, min_len=2, max_len=20, task="reverse"),  # sources of 2 to 20 symbols

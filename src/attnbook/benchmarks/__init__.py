@@ -1,2 +1,2 @@
 """The benchmark suite of the appendix "Performance": attention kernels, models, the suite
-(``python -m attnbook.benchmarks``)."""
+(``python -m attnbook benchmarks``)."""

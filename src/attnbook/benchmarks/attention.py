@@ -1,4 +1,4 @@
-"""The attention benchmark of the suite (``python -m attnbook.benchmarks``), and the timing helpers
+"""The attention benchmark of the suite (``python -m attnbook benchmarks``), and the timing helpers
 every benchmark shares.
 
 ``bench_attention``: the book's from-scratch attention against ``F.scaled_dot_product_attention``

@@ -1,4 +1,4 @@
-"""The model benchmarks of the suite (``python -m attnbook.benchmarks``): training, decoding and
+"""The model benchmarks of the suite (``python -m attnbook benchmarks``): training, decoding and
 recurrence, and what they need (FLOPs and peak FLOP/s, ``nn.Transformer`` with the book's weights).
 
 * ``bench_training``: tokens/s of a full training step of the book's Transformer and of

@@ -1,4 +1,4 @@
-"""The benchmark suite of the appendix "Performance", as a library: what ``python -m attnbook.benchmarks``
+"""The benchmark suite of the appendix "Performance", as a library: what ``python -m attnbook benchmarks``
 (``make bench``, the command in ``benchmarks``) and the GPU call (``attnbook.experiments.gpu_run``) run, and what
 the appendix reads and draws.
 
@@ -40,7 +40,6 @@ training, decoding, recurrence), whose public names it re-exports.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -54,7 +53,6 @@ from .models import (GPU_PEAK_TFLOPS, TRAIN_CONFIGS, TorchTransformer,  # noqa: 
                            bench_training_config, gpu_peak_flops, matmul_params, matmul_rate,
                            peak_flops, random_batch, transformer_flops, twin_models)
 from .. import store
-from ..record import command_line, record
 from ..plotting import OKABE_ITO, use_book_style
 from ..utils import count_parameters  # noqa: F401 (re-exported)
 
@@ -263,28 +261,18 @@ def busy_processes(interval: float = 0.5, threshold: float = 0.2) -> list[dict]:
     return sorted(busy, key=lambda p: -p["cpu"])
 
 
-def run_section(section: str, device: torch.device, out: Path, quick: bool = False,
-                note: str = "", plot: bool = True, short: bool = False,
-                command: str | None = None) -> dict:
-    """Run one benchmark on ``device``; write out/section.json (and .png) in the results format
-    (:mod:`attnbook.store`: the call's provenance, with the other busy processes at the start
-    and the end in its ``extra``); return the result. ``short`` (the GPU call's budget) changes
-    the training benchmark only."""
-    command = command or command_line("attnbook.benchmarks", sys.argv[1:])
-    with record(command, threads=torch.get_num_threads(), note=note) as call:
-        call.extra["busy_processes"] = None if quick else busy_processes()
-        res = RUNS[section](device, quick, short) if section == "training" else \
-            RUNS[section](device, quick)
-        call.extra["busy_processes_end"] = None if quick else busy_processes()
+def section_data(section: str, device: torch.device, quick: bool, short: bool, call) -> dict:
+    """The data of one benchmark's result file: the section run on ``device`` inside ``call``
+    (:func:`attnbook.record.record`), whose ``extra`` gets the other busy processes at the start
+    and the end. ``short`` (the GPU call's budget) changes the training benchmark only."""
+    call.extra["busy_processes"] = None if quick else busy_processes()
+    res = RUNS[section](device, quick, short) if section == "training" else \
+        RUNS[section](device, quick)
+    call.extra["busy_processes_end"] = None if quick else busy_processes()
     hw = call.hardware
-    res = store.result("bench", {
-        "benchmark": section, "schema": SCHEMA, "quick": quick, "short": short,
-        "device": {"kind": device.type, "name": hw["gpu"] if device.type == "cuda" else hw["cpu"],
-                   "threads": torch.get_num_threads()}, **res}, call)
-    store.write(out / f"{section}.json", res)
-    if plot:
-        save_plot(res, out)
-    return res
+    return {"benchmark": section, "schema": SCHEMA, "quick": quick, "short": short,
+            "device": {"kind": device.type, "name": hw["gpu"] if device.type == "cuda" else hw["cpu"],
+                       "threads": torch.get_num_threads()}, **res}
 
 
 def save_plot(res: dict, out: Path) -> None:

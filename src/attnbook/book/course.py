@@ -1,7 +1,7 @@
 """What a course needs to plan with: how long each page takes to read and to run, and what its
 exercises are, measured on this machine (the teachers' page, book/teachers.md, shows it).
 
-    python -m attnbook.book.course --threads 1 --out results/cpu/course.json
+    python -m attnbook course --threads 1 --out results/cpu/course.json
 
 Each notebook runs from the top in a fresh kernel (as ``make test`` runs it), with OMP and
 PyTorch limited to ``--threads``; the time of every cell is what the kernel reports. For each
@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import nbformat
 
-from ..cli import Parser, fail
 from .. import store
-from ..record import command_line, record
 from ..graders import GRADERS
 from .exercises import exercise_labels, find_exercises
 
@@ -72,6 +69,13 @@ def exercises(nb) -> list[dict]:
     return out
 
 
+def in_order(out: dict, old: dict | None) -> dict:
+    """A course.json as :func:`attnbook.experiments.registry.save` merged it (a call's
+    notebooks replace those of the same name), its notebooks in the book's order (by name).
+    ``old``: the file before the call (None: there was none)."""
+    return out | {"notebooks": sorted(out["notebooks"], key=lambda r: r["notebook"])}
+
+
 def measure(path: Path, threads: int) -> dict:
     """Run one notebook in a fresh kernel and read its timings."""
     from nbclient import NotebookClient
@@ -91,35 +95,3 @@ def measure(path: Path, threads: int) -> dict:
             "run_seconds": round(sum(cell_seconds(c) for c in code), 1),
             "prose_words": words, "reading_minutes": round(words / WORDS_PER_MINUTE),
             "exercises": exercises(nb)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.book.course",
-               description="Time every notebook and its exercises (the teachers' page).")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
-    p.add_argument("--out", type=Path, default=store.ROOT / "results" / "cpu" / "course.json")
-    p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks (stems)")
-    args = p.parse_args(argv)
-    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
-    if args.only and args.out.exists():
-        return fail(f"--only would replace {args.out} with a part of it; give another --out")
-    if args.only:
-        unknown = set(args.only) - {q.stem for q in paths}
-        if unknown:
-            return fail(f"no notebook {', '.join(sorted(unknown))}; give stems such as 01_bottleneck")
-        paths = [q for q in paths if q.stem in args.only]
-    with record(command_line("attnbook.book.course", argv), threads=args.threads,
-                      note="each notebook alone, in a fresh kernel") as call:
-        rows = []
-        for q in paths:
-            rows.append(measure(q, args.threads))
-            print(f"{q.stem}: {rows[-1]['run_seconds']} s", flush=True)
-    res = store.result("course", {"words_per_minute": WORDS_PER_MINUTE, "notebooks": rows}, call)
-    store.write(args.out, res)
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The book's diagrams: the paper's pictures redrawn with the book's shapes and the package's names.
 
-One function per diagram returns a matplotlib ``Figure``; ``python -m attnbook.book.diagrams`` writes
+One function per diagram returns a matplotlib ``Figure``; ``python -m attnbook diagrams`` writes
 them all as SVG into book/figures/ (``--out`` another folder), byte for byte the same on every run
 (tests/test_diagrams.py regenerates them and compares with the committed files).
 
@@ -15,7 +15,6 @@ the package that the diagrams miss fails the tests. The library never imports th
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib as mpl
@@ -24,7 +23,6 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from matplotlib.path import Path as MplPath
 
-from ..cli import Parser
 from ..plotting import OKABE_ITO
 
 INK, MUTED = "#1a1a1a", "#555555"
@@ -566,17 +564,3 @@ def write_all(out: str | Path = "book/figures") -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     return [save(draw(), out / f"{name}.svg") for name, draw in DIAGRAMS.items()]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m attnbook.book.diagrams",
-                    description="Write the book's diagrams as SVG files.")
-    parser.add_argument("--out", default="book/figures",
-                        help="folder to write NAME.svg into (default: book/figures)")
-    for path in write_all(parser.parse_args(argv).out):
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

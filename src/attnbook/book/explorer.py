@@ -5,8 +5,8 @@ of model: the encoder-decoder Transformer (book/explorer.md) and Part I's GRU en
 with attention, whose one attention is Bahdanau's alignment (book/explorer_bahdanau.md; models
 ``gru-additive`` and ``gru-dot``).
 
-    python -m attnbook.book.explorer --stored cpu-base --bleu --out book/_static/explorer/attention.json
-    python -m attnbook.book.explorer --stored gru-additive --bleu --out book/_static/explorer/bahdanau.json
+    python -m attnbook explorer --stored cpu-base --bleu --out book/_static/explorer/attention.json
+    python -m attnbook explorer --stored gru-additive --bleu --out book/_static/explorer/bahdanau.json
 
 ``--stored NAME`` reads a model stored in the package (``attnbook.training.runs.load_stored``),
 so both pages regenerate from the repository alone; a run folder (``RUN``, with ``--average K``
@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from html import escape
 from pathlib import Path
 
@@ -53,9 +52,7 @@ import torch
 from .. import BOS_ID, EOS_ID, __version__
 from ..batching import pad
 from ..bleu import bleu_score
-from ..cli import Parser, UsageError, fail
-from ..training.options import add_common, apply_common
-from ..data import DataError, load_multi30k
+from ..data import load_multi30k
 from ..decoding import beam_search
 from ..mha import attention_modules, recording
 from ..rnn import Seq2Seq
@@ -159,7 +156,7 @@ def run_name(run: Path) -> str:
 
 def run_bleu(model, tok, cfg, pairs: list, metrics: dict, average: int, measure: bool):
     """(test BLEU of the weights shown, where it comes from): measured on all ``pairs`` with the
-    explorer's decoding if ``measure``, as ``python -m attnbook.commands.evaluate`` does; else the run's
+    explorer's decoding if ``measure``, as ``python -m attnbook evaluate`` does; else the run's
     metrics.json's, which scored the last checkpoint (a leaderboard run's has none)."""
     if measure:
         result = bleu_score(model, tok, pairs, beam_size=BEAM, alpha=cfg.length_alpha)
@@ -284,46 +281,7 @@ def write(data: dict, out: Path) -> list[Path]:
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     js, svg = out.with_suffix(".js"), out.with_suffix(".svg")
     out.write_text(text + "\n", encoding="utf-8")
-    js.write_text("// Written by `python -m attnbook.book.explorer`; the same data as "
+    js.write_text("// Written by `python -m attnbook explorer`; the same data as "
                   f"{out.name}.\nwindow.{js_variable(out)} = {text};\n", encoding="utf-8")
     svg.write_text(svg_figure(data), encoding="utf-8")
     return [out, js, svg]
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.book.explorer", description=__doc__.split("\n")[0])
-    p.add_argument("run", type=Path, nargs="?", help="run folder of a Transformer or of a GRU "
-                   "with attention (checkpoint.pt, tokenizer.model)")
-    p.add_argument("--stored", metavar="NAME", choices=sorted(STORED_MODELS),
-                   help="a model stored in the package instead of a run folder: "
-                        + ", ".join(sorted(STORED_MODELS)))
-    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
-    p.add_argument("--every", type=int, default=EVERY, help=f"step between test sentences "
-                                                            f"(default {EVERY})")
-    p.add_argument("--count", type=int, default=COUNT, help=f"sentences (default {COUNT})")
-    p.add_argument("--bleu", action="store_true", help="measure the test BLEU of the weights "
-                   "shown (all test sentences: minutes) instead of reading the run's metrics.json")
-    add_common(p, "average", "threads", "data-dir")
-    p.set_defaults(threads=1)  # the same bytes on every run: one thread, on the CPU
-    args = p.parse_args(argv)
-    try:
-        if (args.run is None) == (args.stored is None):
-            raise UsageError("give a run folder or --stored NAME (one of them)")
-        if args.every < 1 or args.count < 1:
-            raise UsageError("--every and --count must be at least 1")
-        if args.out.suffix != ".json":
-            raise UsageError(f"--out {args.out}: give a file name ending in .json (the .js and "
-                             ".svg files are written beside it)")
-        apply_common(args)
-        data = explore(args.run, args.every, args.count, args.data_dir, average=args.average,
-                       measure_bleu=args.bleu, stored=args.stored)
-        paths = write(data, args.out)
-    except (UsageError, RunError, DataError, ValueError) as e:
-        return fail(e)
-    for path in paths:
-        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

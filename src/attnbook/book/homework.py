@@ -1,8 +1,8 @@
 """Homework: the student edition of the notebooks and the grading command.
 
-    python -m attnbook.book.homework student notebooks/ student/     # what `make student` runs
-    python -m attnbook.book.homework grade student/01_bottleneck.ipynb
-    python -m attnbook.book.homework grade submissions/              # a teacher: every notebook in a folder
+    python -m attnbook homework student notebooks/ student/     # what `make student` runs
+    python -m attnbook homework grade student/01_bottleneck.ipynb
+    python -m attnbook homework grade submissions/              # a teacher: every notebook in a folder
 
 How exercises are written in a notebook (sphinx-exercise's gated solutions)::
 
@@ -20,7 +20,7 @@ An experimental exercise's solution may hold code cells that *run* the experimen
 class), and so may a coding exercise's, after the cell that defines the answer (a measurement
 made with it): the book shows the measured result its written solution quotes, and the student
 edition removes them with the written solution. Many show a committed result
-(``results/cpu/exercises.json``, ``python -m attnbook.experiments.exercise_runs``).
+(``results/cpu/exercises.json``, ``python -m attnbook exercise_runs``).
 
 The **student edition** replaces every solution code cell by a stub — each function and class
 keeps its signature and docstring, and its body becomes ``raise NotImplementedError(hint)`` —
@@ -35,13 +35,11 @@ from __future__ import annotations
 import ast
 import copy
 import json
-import sys
 import textwrap
 from pathlib import Path
 
 import nbformat
 
-from ..cli import Parser, fail
 from ..graders import GRADERS, GradeResult
 from .exercises import Exercise, exercise_labels, find_exercises
 
@@ -225,42 +223,3 @@ def format_table(rows: list[tuple[str, GradeResult]]) -> str:
     for row in body:
         lines.append("  ".join(x.ljust(w) for x, w in zip(row[:3], widths)) + "  " + row[3])
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m attnbook.book.homework",
-                    description="Student edition and grading of the book's homework.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("student", help="write the student edition of notebooks")
-    s.add_argument("src", type=Path, help="a notebook or a folder of notebooks")
-    s.add_argument("dest", type=Path, help="output folder")
-    g = sub.add_parser("grade", help="run notebooks and grade their coding exercises")
-    g.add_argument("paths", type=Path, nargs="+", help="notebooks or folders of notebooks")
-    g.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
-    args = parser.parse_args(argv)
-
-    if args.command == "student":
-        for out in write_student_edition(args.src, args.dest):
-            print(f"wrote {out}")
-        return 0
-
-    notebooks = []
-    for p in args.paths:
-        if not p.exists():
-            return fail(f"{p} does not exist; give a notebook or a folder of notebooks")
-        notebooks += sorted(p.glob("*.ipynb")) if p.is_dir() else [p]
-    rows = []
-    for path in notebooks:
-        print(f"grading {path} ...", file=sys.stderr, flush=True)
-        rows += [(path.name, r) for r in grade_notebook(path, timeout=args.timeout)]
-    if not rows:
-        print("no coding exercises found")
-        return 0
-    print(format_table(rows))
-    failed = sum(not r.passed for _, r in rows)
-    print(f"\n{len(rows) - failed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,8 @@
 (book/translator.md): an encoder graph and a decoder graph that return every layer's attention
 weights and take a factor per head, so that the page can switch heads off.
 
-    python -m attnbook.book.live export --out book/_static/translator/model   # the page's model
-    python -m attnbook.book.live score --out runs/live --results results/cpu  # every form's BLEU
+    python -m attnbook live export --out book/_static/translator/model   # the page's model
+    python -m attnbook live score --out runs/live --results results/cpu  # every form's BLEU
 
 The graphs (``encoder.onnx``, ``decoder.onnx``; FORMS: fp32, and smaller forms of the same
 weights) have these inputs and outputs, with the book's names (book/notation.md; L layers, h
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
@@ -36,8 +35,7 @@ from torch import nn
 
 from .. import __version__
 from ..bleu import bleu
-from ..cli import Parser, fail
-from ..data import DataError, load_multi30k
+from ..data import load_multi30k
 from ..decoding import translate
 from ..mha import recording, scaling_heads
 from ..training.runs import RunError, load_stored
@@ -208,7 +206,7 @@ class OnnxTranslator(nn.Module):
         missing = [g for g in GRAPHS if not (folder / f"{g}.onnx").is_file()]
         if missing:
             raise RunError(f"{folder} has no {missing[0]}.onnx; export the model first "
-                           "(python -m attnbook.book.live export --out FOLDER)")
+                           "(python -m attnbook live export --out FOLDER)")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = opts.inter_op_num_threads = threads
         self.sessions = {g: ort.InferenceSession(str(folder / f"{g}.onnx"), opts,
@@ -330,50 +328,3 @@ def score_forms(work: Path, sentences: int = 0, beam: int = 4, stored: str = "cp
             "rule": "the smallest form that computes in float32 (so that the page and Python "
                     "translate alike) whose beam-search BLEU is within 0.5 of PyTorch's",
             "signature": bleu(reference[beam], refs)["signature"], "forms": rows, "chosen": chosen}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.book.live",
-               description="The translator page's model: export the stored cpu-base model to "
-                           "ONNX, or score every form of it against PyTorch.")
-    p.add_argument("what", choices=("export", "score"))
-    p.add_argument("--out", type=Path, required=True,
-                   help="export: the page's folder (_static/translator); score: a work folder")
-    p.add_argument("--form", choices=FORMS, help="export: the form (default: the one "
-                   "results/cpu/live.json chose)")
-    p.add_argument("--results", type=Path, help="score: the folder for live.json")
-    p.add_argument("--sentences", type=int, default=0, help="score: the first N test "
-                   "sentences only (0 = all; the tests use a few)")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    try:
-        if args.what == "export":
-            form = args.form or _chosen_form()
-            manifest = export(args.out, form)
-            print(f"wrote {args.out}: {form}, " + ", ".join(
-                f"{f} {v['bytes'] / 1e6:.1f} MB" for f, v in manifest["files"].items()))
-            return 0
-        from .. import store
-        from ..record import command_line, record
-        with record(command_line("attnbook.book.live", argv), threads=1) as call:
-            result = score_forms(args.out, args.sentences)
-        new = store.result("live", result, call)
-        if args.results:
-            store.write(args.results / "live.json", new)
-            print(f"wrote {args.results / 'live.json'}: chose {result['chosen']}")
-        return 0
-    except (DataError, RunError, ValueError) as e:
-        return fail(e)
-
-
-def _chosen_form() -> str:
-    path = RESULTS / "live.json"
-    if not path.is_file():
-        raise ValueError(f"{path} is missing: run `python -m attnbook.book.live score` first, "
-                         "or give --form")
-    return json.loads(path.read_text())["chosen"]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

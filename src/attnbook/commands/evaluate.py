@@ -4,10 +4,10 @@ The metric is :mod:`attnbook.bleu` (sacreBLEU, with its signature), the translat
 :func:`attnbook.decoding.translate`; both are imported here too, so that
 ``from attnbook.commands.evaluate import bleu, translate`` keeps working.
 
-    python -m attnbook.commands.evaluate runs/cpu-tiny                        # BLEU on test_2016_flickr
-    python -m attnbook.commands.evaluate --stored cpu-base                    # a model the package stores
-    python -m attnbook.commands.evaluate runs/cpu-tiny --split val --beam 1   # greedy, on the validation set
-    python -m attnbook.commands.evaluate runs/cpu-tiny --src my.de.gz --ref my.en.gz --save hyps.txt
+    python -m attnbook evaluate runs/cpu-tiny                        # BLEU on test_2016_flickr
+    python -m attnbook evaluate --stored cpu-base                    # a model the package stores
+    python -m attnbook evaluate runs/cpu-tiny --split val --beam 1   # greedy, on the validation set
+    python -m attnbook evaluate runs/cpu-tiny --src my.de.gz --ref my.en.gz --save hyps.txt
 
 ``--src``/``--ref`` evaluate on any test set: two aligned files, plain UTF-8 text or gzip
 (``.gz``), one sentence per line, the source in the run's source language. A file that is
@@ -106,7 +106,7 @@ def too_long(tokenizer, sentences: list[str], max_tokens: int = MAX_SOURCE_TOKEN
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.commands.evaluate",
+    p = Parser(prog="python -m attnbook evaluate",
                description="BLEU (sacreBLEU) of a trained run on a Multi30k split "
                            "or on a test set of your own (--src and --ref).")
     add_model(p)

@@ -20,7 +20,7 @@ from ..tokenizer import TokenizerError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.commands.translate", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m attnbook translate", description=__doc__.split("\n")[0])
     add_model(p)
     p.add_argument("--beam", type=int, default=None, help="beam size (default: the run's; 1 = greedy)")
     add_common(p, "average", "device", "threads")

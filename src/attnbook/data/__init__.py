@@ -16,8 +16,8 @@ Where the files come from, in this order:
 
 Every file is checked against a pinned sha256 sum before it is read, so a truncated download or a
 different version of the data set is caught instead of silently changing the book's results.
-Command line (``data/__main__.py``): ``python -m attnbook.data download`` fetches all files;
-``python -m attnbook.data verify DIR`` checks a folder.
+Command line (``commands/data.py``): ``python -m attnbook data download`` fetches all files;
+``python -m attnbook data verify DIR`` checks a folder.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def verify(path: Path, name: str | None = None) -> None:
         raise DataError(
             f"checksum mismatch for {path}: expected sha256 {SHA256[name]}, got {got}. "
             "The file is damaged (an interrupted download?) or is not the published Multi30k "
-            f"file. Delete it and run `python -m attnbook.data download`, or copy the file "
+            f"file. Delete it and run `python -m attnbook data download`, or copy the file "
             f"again from {URL.format(name=name)}")
 
 
@@ -138,7 +138,7 @@ def locate(split: str, lang: str, data_dir: str | os.PathLike | None = None,
         verify(path, name)
         return path
     if not download_missing:
-        raise DataError(f"{path} is not in the cache; run `python -m attnbook.data download` "
+        raise DataError(f"{path} is not in the cache; run `python -m attnbook data download` "
                         f"or set {ENV_DIR} to a folder that holds the files.")
     return download(name, path.parent)
 

@@ -1,6 +1,6 @@
 """The paper's Table 3, in miniature: ablations of the cpu-tiny Transformer on Multi30k.
 
-    python -m attnbook.experiments.ablations --out runs/ablations --results results/cpu
+    python -m attnbook ablations --out runs/ablations --results results/cpu
 
 Vaswani et al. (2017, Table 3) vary one thing at a time in their base model: (A) the number of
 heads at a fixed width (so d_k = d_model / h shrinks as h grows), (B) the key width d_k alone,
@@ -13,32 +13,22 @@ not depend on how busy the machine is. The baseline is exactly the leaderboard's
 Each run is scored by test BLEU (beam search, sacreBLEU) and validation perplexity, exp of the
 validation cross-entropy without label smoothing; the paper reports both, and label smoothing
 "hurts perplexity ... but improves accuracy and BLEU score". Writes ``ablations.json``
-(:mod:`attnbook.store`'s format); with ``--merge`` it merges this call's variants into the file
-by name (:func:`attnbook.store.merge`), and each variant's ``call`` is the index of the
-provenance record of the call that made it.
+(:mod:`attnbook.store`'s format); a call's variants are merged into the file by name
+(:func:`attnbook.experiments.registry.save`), and the call's provenance record names the
+variants it made.
 """
 from __future__ import annotations
 
 import json
 import math
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-from .. import store
-from ..record import command_line, record
 from ..bleu import bleu
-from ..cli import Parser, fail
-from ..training.options import add_common
-from ..data import load_multi30k
 from ..decoding import translate
-from .sweeps import (SNAPSHOTS, TINY_VAL_SENTENCES, open_run, run_name, score_all, summarise,
-                     train_all)
+from .sweeps import (SNAPSHOTS, open_run, run_name, summarise)
 from ..training.recipe import override, preset
-from ..utils import get_device
-from .registry import ROWS, SEEDS
-from .table3 import MEASURED, VARIANTS
+from .table3 import VARIANTS
 
 def variant_jobs(names, seeds, out: Path) -> list:
     """(name, cfg, folder) for every variant and seed. The configuration is the leaderboard's
@@ -65,20 +55,17 @@ def _score_ablation_run(job) -> dict:
             "parameters": metrics["parameters"], "train_time_s": metrics["train_time_s"]}
 
 
-def merge(old: dict, new: dict) -> dict:
-    """``new``'s variants (a result of one call, :mod:`attnbook.store`) added to ``old``'s by
-    :func:`attnbook.store.merge` (a variant of the same name is replaced; another preset or test
-    set is a one-line ResultError), in the order of VARIANTS; each variant's ``call`` is the index
-    of the call that made it, and ``train_time_s_sum`` covers them all."""
-    out = ROWS["ablations"].merge(old, new)
-    made = set(out["calls"][-1]["rows"])
+def merged(out: dict, old: dict | None) -> dict:
+    """An ablations.json as :func:`attnbook.experiments.registry.save` merged it (a call's
+    variants replace those of the same name), put in order: the variants in the order of
+    VARIANTS, and ``train_time_s_sum`` over all of them. The call that made a variant is the
+    last whose rows name it (``attnbook.store.Result.call_of``). ``old``: the file before the
+    call (None: there was none)."""
     order = list(VARIANTS)
-    out["variants"] = sorted(
-        [dict(v, call=len(out["calls"]) - 1) if v["variant"] in made else v
-         for v in out["variants"]], key=lambda v: order.index(v["variant"]))
-    out["train_time_s_sum"] = round(sum(r["train_time_s"] for v in out["variants"]
-                                        for r in v["runs"]), 1)
-    return out
+    variants = sorted(out["variants"], key=lambda v: order.index(v["variant"]))
+    return out | {"variants": variants,
+                  "train_time_s_sum": round(sum(r["train_time_s"] for v in variants
+                                                for r in v["runs"]), 1)}
 
 
 def variant_table(names, jobs, runs) -> list[dict]:
@@ -93,80 +80,3 @@ def variant_table(names, jobs, runs) -> list[dict]:
                       "val_perplexity": summarise([r["val_perplexity"] for r in mine]),
                       "runs": mine})
     return table
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.experiments.ablations",
-               description="The paper's Table 3 in miniature (cpu-tiny, Multi30k).")
-    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
-    p.add_argument("--results", type=Path, help="folder for ablations.json")
-    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(MEASURED),
-                   help="default: " + " ".join(MEASURED))
-    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    p.add_argument("--jobs", type=int, default=2, help="runs trained at once")
-    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
-    p.add_argument("--sentences", type=int, default=0,
-                   help="score on the first N test sentences only (0 = all; the tests use a few)")
-    p.add_argument("--steps", type=int, default=0,
-                   help="train this many steps instead of the preset's, validating on the first "
-                        f"{TINY_VAL_SENTENCES} sentences (the tests use a few)")
-    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--merge", action="store_true",
-                   help="add these variants to the existing ablations.json instead of replacing it")
-    add_common(p, "device", "data-dir")
-    args = p.parse_args(argv)
-    if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
-        p.error("give --out and --results relative to the repository (they are recorded in the "
-                "results, which must not name folders of the machine that made them)")
-    jobs = variant_jobs(args.variants, args.seeds, args.out)
-    if args.steps:
-        jobs = [(n, replace(c, max_steps=args.steps, snapshot_steps=(), eval_every=args.steps,
-                            val_sentences=TINY_VAL_SENTENCES),
-                 f.parent / f"{f.name}_test{args.steps}") for n, c, f in jobs]
-    test_set = load_multi30k("test_2016_flickr", data_dir=args.data_dir)[:args.sentences or None]
-    test_set = f"test_2016_flickr ({len(test_set)} sentences)"
-    target = args.results / "ablations.json" if args.results else None
-    old = None
-    if args.merge and target and target.is_file():       # refused before anything is trained
-        try:
-            old = store.read(target)
-            if (old.get("preset"), old.get("test_set")) != ("cpu-tiny", test_set):
-                raise store.ResultError(
-                    f"{target} holds preset {old.get('preset')!r} on {old.get('test_set')!r}, "
-                    f"this call cpu-tiny on {test_set!r}; give the file's --sentences, or write "
-                    "to another --results folder")
-        except store.ResultError as e:
-            return fail(e)
-    with record(command_line("attnbook.experiments.ablations", argv), threads=args.threads,
-                      processes=args.jobs, note=args.note) as call:
-        start = time.perf_counter()
-        train_all([(c, f) for _, c, f in jobs], args.jobs, args.threads, args.data_dir,
-                  args.device)
-        call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
-        print(f"trained {len(jobs)} runs in {call.extra['this_call_train_wall_time_s']:.0f} s")
-        if not args.results:
-            return 0
-        start = time.perf_counter()
-        runs = score_all(_score_ablation_run, [f for _, _, f in jobs], args.jobs, args.threads,
-                         args.data_dir, args.sentences, str(get_device(args.device)))
-        call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
-    call.hardware["cpu_threads"] = args.threads
-    result = store.result("ablations", {
-        "preset": "cpu-tiny", "test_set": test_set,
-        "decoding": "beam 4, alpha 0.6",
-        "perplexity": "exp(validation cross-entropy per target token, no label smoothing)",
-        "train_time_s_sum": round(sum(r["train_time_s"] for r in runs), 1),
-        "variants": [dict(v, call=0) for v in variant_table(args.variants, jobs, runs)]}, call)
-    if old is not None:
-        try:
-            result = merge(old, result)
-        except store.ResultError as e:
-            return fail(e)
-    store.write(target, result)
-    print(f"wrote {args.results / 'ablations.json'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Numbers on your machine: the same runs with three of PyTorch's kernel sets, on one machine
 (the book's page book/reproducibility.md).
 
-    python -m attnbook.experiments.arithmetics --results results/cpu   # about 20 CPU-minutes
-    python -m attnbook.experiments.arithmetics --results out --tiny    # seconds (the tests)
+    python -m attnbook arithmetics --results results/cpu   # about 20 CPU-minutes
+    python -m attnbook arithmetics --results out --tiny    # seconds (the tests)
 
 A reader's laptop computes with other vector instructions than the machine that made the book's
 results: AVX2 instead of AVX-512, NEON on Apple silicon, and other kernels of MKL and oneDNN. To
@@ -27,20 +27,16 @@ seed 0, and the largest difference between two of the committed seeds. Their rat
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from .. import store
-from ..record import command_line, record
-from ..cli import Parser, fail
 from ..reproduce import K_RANGE, from_seeds, kind
 from ..toy import run_quantities
 from ..utils import arithmetic, native_bf16
@@ -89,7 +85,7 @@ def worker(name: str, tiny: bool, folder: Path) -> None:
     result = {"name": name, "made_with": arithmetic(), "native_bf16": native_bf16()[0],
               "gflops": {"fp32": gflops(torch.float32, n), "bf16": gflops(torch.bfloat16, n)}}
     (folder / f"{name}.json").write_text(json.dumps(result))
-    subprocess.run([sys.executable, "-m", "attnbook.experiments.toy_seeds", "--results",
+    subprocess.run([sys.executable, "-m", "attnbook", "toy_seeds", "--results",
                     str(folder / name), "--runs", *RUNS, "--seeds", "0", "--no-timing"]
                    + (["--tiny"] if tiny else []), check=True, stdout=subprocess.DEVNULL)
 
@@ -98,7 +94,7 @@ def spawn(name: str, tiny: bool, folder: Path) -> subprocess.Popen:
     """Start the worker of arithmetic ``name`` in its environment (one thread)."""
     env = {k: v for k, v in os.environ.items() if k not in ARITHMETICS["plain"]}
     env |= ARITHMETICS[name] | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "attnbook.experiments.arithmetics", "--worker", name,
+    cmd = [sys.executable, "-m", "attnbook", "arithmetics", "--worker", name,
            "--results", str(folder)] + (["--tiny"] if tiny else [])
     return subprocess.Popen(cmd, env=env)
 
@@ -153,53 +149,3 @@ def figure(result: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, metadata=store.figure_metadata(result))
     plt.close(fig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.experiments.arithmetics",
-               description="The same runs with three of PyTorch's kernel sets (book/reproducibility.md).")
-    p.add_argument("--results", type=Path, required=True,
-                   help="folder for arithmetics.json and .png, relative to the repository")
-    p.add_argument("--tiny", action="store_true", help="3 steps a run, a small product: seconds")
-    p.add_argument("--worker", choices=list(ARITHMETICS), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.results.is_absolute():
-        p.error("give --results relative to the repository (it is recorded in the results)")
-    if args.worker:
-        worker(args.worker, args.tiny, args.results)
-        return 0
-    seeds_file = store.ROOT / "results" / "cpu" / "toy_seeds.json"    # the book's, from anywhere
-    committed = store.Result(store.read(seeds_file), seeds_file)
-    command = command_line("attnbook.experiments.arithmetics", argv)
-    with tempfile.TemporaryDirectory(dir=".") as tmp, \
-            record(command, threads=1, processes=2) as call:
-        folder = Path(os.path.relpath(tmp))
-        for batch in (("native", "avx2"), ("plain",)):     # two at a time: one core each
-            workers = [spawn(name, args.tiny, folder) for name in batch]
-            if any(w.wait() for w in workers):
-                return fail("a worker failed (its error is above); run it alone with "
-                            f"`{command} --worker NAME`")
-        made = {n: json.loads((folder / f"{n}.json").read_text())
-                | {"runs": store.read(folder / n / "toy_seeds.json")["runs"]} for n in ARITHMETICS}
-        products = {n: torch.load(folder / f"{n}.pt", weights_only=True) for n in ARITHMETICS}
-    result = store.result("arithmetics", {
-        "scale": "tiny" if args.tiny else "full", "arithmetics_env": ARITHMETICS,
-        "probes": PROBES, "gflops_of": f"a {TINY_SIZE if args.tiny else SIZE} x "
-                                      f"{TINY_SIZE if args.tiny else SIZE} matrix product, "
-                                      "one thread, the best of 5",
-        "runs": list(RUNS), "k_range": K_RANGE,
-        "arithmetics": [compared(made[n], committed, products[n], products["native"])
-                        for n in ARITHMETICS]}, call)
-    try:
-        store.write(args.results / "arithmetics.json", result)
-        figure(result, args.results / "arithmetics.png")
-    except OSError as e:
-        return fail(f"cannot write into {args.results}: {e.strerror}; give a folder you can "
-                    "write to")
-    print(f"wrote {args.results / 'arithmetics.json'} in {call.wall_s:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """The training runs of chapter 13: three token mixers, three seeds each, on two of the book's
 tasks.
 
-    python -m attnbook.experiments.beyond_runs --out results/cpu/beyond.json   # 24 minutes on a busy 2-core VM
+    python -m attnbook beyond_runs --out results/cpu/beyond.json   # 24 minutes on a busy 2-core VM
 
 1. **Reversal** (chapter 1's task as one sequence, :func:`attnbook.beyond.reversal_batch`):
    exact-match and per-token accuracy by length for softmax attention, linear attention and the
@@ -20,31 +20,26 @@ CPU time); the notebook loads it. ``--only PART`` runs only that part (``reversa
 ``variants``; repeatable) and merges it into the existing file by part: the others stay, and the
 call is appended to the file's ``calls`` with the parts it made:
 
-    python -m attnbook.experiments.beyond_runs --out results/cpu/beyond.json --only variants
+    python -m attnbook beyond_runs --out results/cpu/beyond.json --only variants
 """
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import torch
 
 from .. import PAD_ID
-from .. import store
-from ..record import command_line, record
 from ..batching import translation_loss
 from ..beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
                      reversal_config, run_reversal, train_model)
-from ..cli import Parser, fail
 from ..data import load_multi30k
 from ..lm import lm_batches
 from ..tokenizer import multi30k_tokenizer
 from ..transformer import TransformerConfig
 from ..utils import count_parameters, deterministic
-from .registry import ROWS, SEEDS
+from .registry import ROWS
 
-__all__ = ["REVERSAL", "reversal_config", "run_reversal", "main"]   # reversal_*: from beyond
+__all__ = ["REVERSAL", "reversal_config", "run_reversal"]   # reversal_*: from beyond
 
 LM = dict(vocab=4000, steps=320, warmup=32, lr=3e-3, max_tokens=1536, n_val=500,
           model=dict(d_model=64, h=4, d_ff=256, n_layers=2, dropout=0.0, norm_first=True))
@@ -139,45 +134,10 @@ def run_part(part: str, args) -> dict:
             "runs": runs}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.experiments.beyond_runs", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
-    p.add_argument("--note", default="", help="a note stored with the results")
-    p.add_argument("--only", action="append", choices=PARTS, metavar="PART",
-                   help="run only this part and keep the file's others (repeatable): "
-                        + ", ".join(PARTS))
-    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), metavar="SEED",
-                   help="seeds (default: 0 1 2)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="training steps of each reversal run instead of REVERSAL's (the tests)")
-    args = p.parse_args(argv)
-    parts = args.only or list(PARTS)
-    old = None
-    if args.only and args.out.is_file():
-        try:
-            old = store.read(args.out)
-        except store.ResultError as e:
-            return fail(e)
-        if old.get("seeds") != args.seeds:
-            return fail(f"{args.out} has seeds {old.get('seeds')}: give the same --seeds")
-    torch.set_num_threads(args.threads)
-    command = command_line("attnbook.experiments.beyond_runs", sys.argv[1:] if argv is None else argv)
-    with record(command, threads=args.threads, note=args.note) as call:
-        result = {"seeds": list(args.seeds), **{part: run_part(part, args) for part in parts}}
-    result = store.result("beyond", result, call)
-    result["calls"][0]["rows"] = parts
-    try:
-        if old is not None:            # the file's other parts are kept (merge by part)
-            result = ROWS["beyond"].merge(old, result)
-    except store.ResultError as e:
-        return fail(e)
-    result = {k: result[k] for k in ("experiment", "format", "calls", "seeds", *PARTS)
-              if k in result}
-    store.write(args.out, result)
-    print(f"wrote {args.out} ({', '.join(parts)}) in {call.wall_s:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def in_order(out: dict, old: dict | None) -> dict:
+    """A beyond.json as :func:`attnbook.experiments.registry.save` merged it (a call's parts
+    replace those of the file), its keys in the order of :data:`PARTS`. ``old``: the file
+    before the call (None: there was none)."""
+    out["calls"][-1]["rows"] = list(out["calls"][-1].get("rows") or
+                                    [p for p in PARTS if p in out])
+    return {k: out[k] for k in ("experiment", "format", "calls", "seeds", *PARTS) if k in out}

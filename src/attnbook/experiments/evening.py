@@ -2,35 +2,28 @@
 minutes of training on 2 CPU cores, trained with several seeds, one run after another with 2
 threads each, so that a run's minutes are what a reader's laptop would take.
 
-    python -m attnbook.experiments.evening --models transformer --out runs/evening --results results/cpu
+    python -m attnbook evening --models transformer --out runs/evening --results results/cpu
 
 Each run is scored as the cpu-base candidates are (``scoring.score_base_run``): the test BLEU
 of its snapshots against training minutes; the average of the last k snapshots with the lowest
 validation loss; and that average's validation BLEU and test BLEU, with beam search and greedy.
 Given several models, sacreBLEU's paired bootstrap compares every two of them, seed with seed
-(``scoring.paired_bootstrap``). ``--merge`` adds a call's runs to ``evening.json``; the
-summaries are made again from all its runs.
+(``scoring.paired_bootstrap``). A call's runs are merged into ``evening.json`` by model and
+seed; the summaries are made again from all its runs.
 
 A run whose folder already holds its metrics is not trained again, so an interrupted command
 continues where it stopped.
 """
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-from .. import store
-from ..record import command_line, record
-from ..cli import Parser
 from ..data import load_multi30k
-from ..training.recipe import ALL_MODELS, preset
-from .registry import SEEDS
-from .sweeps import add_run_options, results_file, score_all, summarise, tiny_run, train_all
+from ..training.recipe import preset
+from .sweeps import score_all, summarise, tiny_run
 from .scoring import at_end, merge_bootstrap, paired_bootstrap, score_base_run
 from ..utils import get_device
-from .registry import ROWS
 
 PRESET = "cpu-base"
 # Equal minutes, not equal steps: a model other than the Transformer trains for as many steps as
@@ -92,45 +85,11 @@ def score(args, jobs: list) -> dict:
             "bootstrap": bootstrap, "runs": runs}
 
 
-def parser() -> Parser:
-    p = Parser(prog="python -m attnbook.experiments.evening",
-               description="The cpu-base preset with several seeds (and other models at it), "
-                           "one run at a time: chapter 11's evening scale.")
-    p.add_argument("--models", nargs="+", choices=ALL_MODELS, default=["transformer"])
-    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    add_run_options(p, "evening")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = parser()
-    args = p.parse_args(argv)
-    target = results_file(p, args, "evening")
-    jobs = evening_jobs(args.models, args.seeds, args.out, args.max_steps)
-    with record(command_line("attnbook.experiments.evening", argv),
-                      threads=args.threads, note=args.note) as call:
-        start = time.perf_counter()
-        train_all(jobs, 1, args.threads, args.data_dir, args.device)
-        call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
-        print(f"trained {len(jobs)} runs in {call.extra['this_call_train_wall_time_s']:.0f} s")
-        if not target:
-            return 0
-        start = time.perf_counter()
-        result = score(args, jobs)
-        call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
-    call.hardware["cpu_threads"] = args.threads
-    new = store.result("evening", result, call)
-    if args.merge:
-        old = store.read(target)
-        new = ROWS["evening"].merge(old, new)
-        new["bootstrap"] = merge_bootstrap(old.get("bootstrap", []), result["bootstrap"])
-    new["summary"] = summaries(new["runs"])
-    new["train_time_s_sum"] = round(sum(r["train_time_s"] for r in new["runs"]), 1)
-    store.write(target, new)
-    print(f"wrote {target}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def merged(out: dict, old: dict | None) -> dict:
+    """An evening.json as :func:`attnbook.experiments.registry.save` merged it (a call's runs
+    replace those of the same model and seed), with the call's bootstrap comparisons merged in,
+    and the summary and ``train_time_s_sum`` over all the runs. ``old``: the file before the
+    call (None: there was none)."""
+    bootstrap = merge_bootstrap((old or {}).get("bootstrap", []), out["bootstrap"])
+    return out | {"bootstrap": bootstrap, "summary": summaries(out["runs"]),
+                  "train_time_s_sum": round(sum(r["train_time_s"] for r in out["runs"]), 1)}

@@ -1,7 +1,7 @@
 """The measured answers of the book's experimental exercises.
 
-    python -m attnbook.experiments.exercise_runs --results results/cpu    # all: 21 min of CPU, one thread
-    python -m attnbook.experiments.exercise_runs --results results/cpu --only ex-09-beam-width
+    python -m attnbook exercise_runs --results results/cpu    # all: 21 min of CPU, one thread
+    python -m attnbook exercise_runs --results results/cpu --only ex-09-beam-width
 
 Each experiment runs as its exercise's solution describes it, with the package's functions, one
 thread, and 3 seeds wherever it compares settings:
@@ -51,8 +51,6 @@ a few steps (what the tests run): its numbers mean nothing and say so (``"scale"
 from __future__ import annotations
 
 import math
-import os
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -63,14 +61,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import PAD_ID
-from .. import store
-from ..record import command_line, record
 from ..attention import causal_mask
 from ..batching import translation_loss
 from ..bleu import bleu
-from ..cli import Parser, fail
-from ..training.options import add_common
-from ..data import DataError, load_multi30k
+from ..data import load_multi30k
 from ..decoding import greedy_generate, translate
 from ..lm import lm_loss, token_positions
 from ..loop import fit
@@ -79,12 +73,11 @@ from ..training.recipe import preset
 from ..training.runs import load_run
 from ..tasks import (NeighbourReader, make_caesar_copy_task, make_lookback_task,
                     make_neighbour_batch, task_accuracy, train_on_task)
-from ..tokenizer import TokenizerError
 from ..training.loop import train
 from ..toy import make_batch as make_reverse_batch
 from ..toy import vocab_size as toy_vocab_size
 from ..transformer import SelfAttentionStack, Transformer, TransformerConfig
-from .registry import ROWS, SEEDS
+from .registry import SEEDS
 
 # Each experiment's settings: what the book's solutions quote, and the tests' tiny scale.
 CHAPTER_HEADS = [1, 2, 4, 8, 16]          # chapter 5's sweep: d_model 32, 500 steps
@@ -500,59 +493,10 @@ def run(name: str, tiny: bool = False) -> dict:
             "cpu_time_s": round(time.process_time() - cpu, 1)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.experiments.exercise_runs",
-               description="Run the experiments of the exercises whose solutions quote a "
-                           "measurement, and write RESULTS/exercises.json.")
-    p.add_argument("--results", type=Path, required=True,
-                   help="folder of the results file exercises.json (the book's: results/cpu)")
-    p.add_argument("--only", action="append", choices=sorted(EXPERIMENTS), metavar="NAME",
-                   help="run only this exercise (repeatable; the file keeps the others' "
-                        "entries); one of " + ", ".join(sorted(EXPERIMENTS)))
-    p.add_argument("--tiny", action="store_true",
-                   help="a few steps of each experiment, to check the command (the tests)")
-    add_common(p, "data-dir")
-    args = p.parse_args(argv)
-    if args.data_dir:
-        os.environ["MULTI30K_DIR"] = args.data_dir        # where load_multi30k looks first
-    torch.set_num_threads(1)
-    out = args.results / "exercises.json"
-    try:
-        old = store.read(out) if out.is_file() else None
-    except store.ResultError as e:
-        return fail(e)
-    scale = "tiny" if args.tiny else "full"
-    other = {ex.get("scale") for ex in (old or {}).get("exercises", {}).values()} - {scale}
-    if other:                                        # refused before anything runs
-        return fail(f"{out} holds {', '.join(sorted(map(str, other)))}-scale entries, this call "
-                    f"is {scale}; give the file's scale (--tiny or not), or another --results")
-    command = command_line("attnbook.experiments.exercise_runs", sys.argv[1:] if argv is None else argv)
-    names = args.only or list(EXPERIMENTS)
-    entries = {}
-    try:
-        with record(command, threads=1) as call:
-            for name in names:
-                print(f"{name} ...", flush=True)
-                entries[name] = run(name, args.tiny)
-                print(f"{name}: {entries[name]['wall_time_s']:.0f} s", flush=True)
-    except (DataError, TokenizerError) as e:
-        return fail(e)
-    result = store.result("exercises", {
-        "about": "measured answers of the book's experimental exercises "
-                 "(python -m attnbook.experiments.exercise_runs); each entry names the call that made it",
-        "exercises": entries}, call)
-    result["calls"][0]["rows"] = names
-    try:
-        if old is not None:           # the entries of other exercises are kept (merge by key)
-            result = ROWS["exercises"].merge(old, result)
-    except store.ResultError as e:
-        return fail(e)
-    result["exercises"] = {n: result["exercises"][n] for n in EXPERIMENTS
-                           if n in result["exercises"]}
-    store.write(out, result)
-    print(f"wrote {out} ({', '.join(names)}) in {call.wall_s:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def in_order(out: dict, old: dict | None) -> dict:
+    """An exercises.json as :func:`attnbook.experiments.registry.save` merged it (a call's
+    entries replace those of the same exercise), its entries in the order of
+    :data:`EXPERIMENTS`. ``old``: the file before the call (None: there was none)."""
+    out["calls"][-1]["rows"] = list(out["calls"][-1].get("rows") or out["exercises"])
+    return out | {"exercises": {n: out["exercises"][n] for n in EXPERIMENTS
+                                if n in out["exercises"]}}

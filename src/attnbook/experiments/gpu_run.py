@@ -1,9 +1,9 @@
 """The GPU call: everything the book measures on a GPU, as one command of at most nine minutes.
 
-    python -m attnbook.experiments.gpu_run --prepare-data       # once, here: Multi30k into .gpu_data/ (ignored)
-    bash tools/gpu_run.sh                           # on the GPU: python -m attnbook.experiments.gpu_run --out $OUT
-    python -m attnbook.experiments.gpu_run --out OUT --dry-run  # the same parts, tiny, on the CPU (make test)
-    python -m attnbook.experiments.gpu_run --collect OUT        # afterwards: the call's files into results/
+    python -m attnbook gpu_run --prepare-data       # once, here: Multi30k into .gpu_data/ (ignored)
+    bash tools/gpu_run.sh                           # on the GPU: python -m attnbook gpu_run --out $OUT
+    python -m attnbook gpu_run --out OUT --dry-run  # the same parts, tiny, on the CPU (make test)
+    python -m attnbook gpu_run --collect OUT        # afterwards: the call's files into results/
 
 ``--plan eager`` runs check, train and score only, with five of the candidates for 150 s each
 (about four minutes). ``--plan seeds`` races three seeds of each family's choice at gpu-base
@@ -34,7 +34,7 @@ deadline, ``Plan.minutes``, shortens the limits of the last parts when the first
   then the other candidates greedily while time is left. Equal wall time for both families is
   the paper's parallelism claim measured on the clock (all ran at once, so equally crowded);
 * ``bench-recurrence``, ``bench-training``, ``bench-loop``, ``bench-attention``, ``bench-decoding``:
-  ``python -m attnbook.benchmarks --short``, one section each, alone on the GPU: recurrence
+  ``python -m attnbook benchmarks --short``, one section each, alone on the GPU: recurrence
   against self-attention as the sequence grows, the gpu-base training step (bf16 against fp32,
   compiled against eager, the book's model against ``nn.Transformer``, MFU), the real training
   loop against its step alone on the loop's own batches (with a profile of the loop), the attention
@@ -55,9 +55,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -65,16 +64,16 @@ from matplotlib.figure import Figure
 
 from .. import store
 from ..record import COMMIT_FILE, Provenance, git_commit, record, write_commit
+from .registry import save
 from .scoring import paired_bootstrap
 from .sweeps import TINY_VAL_SENTENCES
 from ..benchmarks.suite import save_plot
 from ..bleu import bleu
-from ..cli import Parser, fail
 from ..data import SPLITS, DataError, locate, load_multi30k
 from ..decoding import translate
 from ..plotting import OKABE_ITO, PAGE_WIDTH, use_book_style
 from ..training.recipe import ConfigError, check_config, flatten, override, preset
-from ..training.runs import RunError, load_run
+from ..training.runs import load_run
 from ..tokenizer import multi30k_tokenizer
 from ..training.loop import train
 from ..utils import get_device, versions
@@ -304,21 +303,21 @@ def run_one_at_a_time(commands: list[list[str]], limit: float, log: Path, env=No
 
 def part_commands(part: str, plan: Plan, work: Path) -> list[list[str]]:
     """The child processes of one part."""
-    me = [sys.executable, "-m", "attnbook.experiments.gpu_run"]
+    me = [sys.executable, "-m", "attnbook", "gpu_run"]
     if part == "train":
         return [me + ["_candidate", plan.name, str(work), n] for n in plan.candidates]
     if part in ("check", "score"):
         return [me + ["_" + part, plan.name, str(work)]]
     if part == "recall-generation":                # run in OUT: the file lands there
-        return [[sys.executable, "-m", "attnbook.experiments.recall_runs", "--only",
+        return [[sys.executable, "-m", "attnbook", "recall_runs", "--only",
                  "generation", "--device", plan.device, "--out", "recall_generation.json",
-                 "--note", "the GPU call (python -m attnbook.experiments.gpu_run --plan recall)"]
+                 "--note", "the GPU call (python -m attnbook gpu_run --plan recall)"]
                 + (["--lengths", "64", "128"] if plan.dry else [])]
     section = part.removeprefix("bench-")          # run in OUT, so that --out is relative
-    return [[sys.executable, "-m", "attnbook.benchmarks", "--only", section, "--device",
+    return [[sys.executable, "-m", "attnbook", "benchmarks", "--only", section, "--device",
              plan.device, "--out", plan.device, "--short", "--no-plots",
              "--threads", str(plan.threads if plan.dry else 4),
-             "--note", "the GPU call (python -m attnbook.experiments.gpu_run)"]
+             "--note", "the GPU call (python -m attnbook gpu_run)"]
             + (["--quick"] if plan.dry else [])]
 
 
@@ -328,7 +327,7 @@ def run_call(plan: Plan, out: Path, work: Path, data_dir: Path | None, only=None
     out.mkdir(parents=True, exist_ok=True)
     (work / "runs").mkdir(parents=True, exist_ok=True)
     plan_name = plan.name.removeprefix("dry").removeprefix("-") or "full"
-    own = ("python -m attnbook.experiments.gpu_run" + (" --dry-run" if plan.dry else "")
+    own = ("python -m attnbook gpu_run" + (" --dry-run" if plan.dry else "")
            + (f" --plan {plan_name}" if plan_name != "full" else "")
            + "".join(f" --only {p}" for p in plan.parts if only and p in only) + " --out OUT")
     at_once = 1 if plan.alone else len(plan.candidates)
@@ -385,12 +384,12 @@ def summarise(plan: Plan, out: Path, work: Path, parts: dict, call: Provenance) 
     call.extra.update(gpu=check.get("gpu"),
                       processes_at_once={"train": 1 if plan.alone else len(plan.candidates),
                                          "other parts": 1})
-    summary = store.result(result_stem(plan.name), {
+    save(experiment_of(plan.name), out / "gpu_run.json", {
         "kind": "attnbook GPU call", "schema": SCHEMA, "dry_run": plan.dry,
         "plan": {k: v for k, v in asdict(plan).items() if k != "candidates"},
         "parts": parts, "check": {k: v for k, v in check.items() if k != "versions"},
         "candidates": runs, "best": best_runs(plan, runs), "scores": scores}, call)
-    _write(out / "gpu_run.json", summary)
+    summary = store.read(out / "gpu_run.json")
     if (work / "hypotheses.json").is_file():      # every translation, to test other claims later
         shutil.copy2(work / "hypotheses.json", out / "gpu_run_hypotheses.json")
     if any(r["curve"] for r in runs.values()):
@@ -447,6 +446,16 @@ def result_stem(plan: str) -> str:
     return "gpu_run" if plan == "full" else f"gpu_run_{plan}"
 
 
+def experiment_of(plan: str) -> str:
+    """The experiment of the registry that a call of ``plan`` makes (a dry run: that of the plan
+    it stands in for): the stem of its summary; recall_gpu for plan recall (its summary and its
+    recall_generation.json); gpu_run_families for the three calls of the families."""
+    plan = "full" if plan == "dry" else plan.removeprefix("dry-")
+    if plan == "recall":
+        return "recall_gpu"
+    return "gpu_run_families" if plan.startswith("families") else result_stem(plan)
+
+
 def collect(src: Path, results: Path, allow_dry: bool = False) -> list[Path]:
     """Copy a call's files from ``src`` into ``results``/gpu and ``results``/bench/<device>,
     and draw the benchmark figures. Refuses a dry run (unless ``allow_dry``: the tests) and a
@@ -479,71 +488,3 @@ def collect(src: Path, results: Path, allow_dry: bool = False) -> list[Path]:
         if f.suffix == ".json" and dest.parent.name == device:
             save_plot(json.loads(text), dest.parent)
     return copied
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in CHILDREN:                 # a part's child process (run_call starts it)
-        name, plan, work, *rest = argv
-        return CHILDREN[name](PLANS[plan], Path(work), *rest)
-    p = Parser(prog="python -m attnbook.experiments.gpu_run",
-               description="The GPU call: tune gpu-base, race the families on the clock, run "
-                           "the benchmarks; one command of at most nine minutes.")
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--out", type=Path, help="folder for the call's files (on the lent "
-                                               "machine: $OUT)")
-    what.add_argument("--prepare-data", action="store_true",
-                      help="copy Multi30k into .gpu_data/ (ignored by git) for the GPU machine")
-    what.add_argument("--collect", type=Path, metavar="OUT",
-                      help="copy a call's files into results/ and draw the benchmark figures")
-    p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: seconds")
-    p.add_argument("--plan", choices=[n for n in PLANS if not n.startswith("dry")],
-                   default="full",
-                   help="full (default): every part, nine minutes; eager: the training race "
-                        "again without torch.compile, five candidates, about four minutes; "
-                        "seeds: three seeds of each family, every run scored, the paired "
-                        "bootstrap, about six minutes; select: gpu-base against dropout 0.3, "
-                        "each alone for four minutes; families0, families1, families2: the four "
-                        "families alone for 80 s each, one seed a call, scored both ways with the "
-                        "bootstrap; recall: chapter 13's cost of generating, attention's "
-                        "cache against the selective state, about two minutes (with "
-                        "--dry-run: each one's tiny version)")
-    p.add_argument("--only", action="append", choices=PARTS + EXTRA_PARTS,
-                   help="run only this part "
-                   "(repeatable; the parts after check read what earlier calls left in --work)")
-    p.add_argument("--work", type=Path, help="folder for runs and caches (default: a new "
-                                             "temporary folder)")
-    p.add_argument("--data-dir", type=Path, help="Multi30k (default: .gpu_data/multi30k if it "
-                                                 "is there, else $MULTI30K_DIR or the cache)")
-    p.add_argument("--results", type=Path, default=ROOT / "results",
-                   help="with --collect: the results folder (default: the repository's)")
-    args = p.parse_args(argv)
-    try:
-        return _main(args)
-    except (DataError, RunError, ConfigError, ValueError, FileNotFoundError) as e:
-        return fail(e)
-
-
-def _main(args) -> int:
-    if args.prepare_data:
-        files = prepare_data()
-        print(f"copied {len(files)} files into {DATA_COPY / 'multi30k'}; name .gpu_data in the "
-              "device call's carry")
-        return 0
-    if args.collect:
-        for f in collect(args.collect, args.results, allow_dry=args.results != ROOT / "results"):
-            print(f"wrote {f}")
-        return 0
-    plan = PLANS["dry" if args.plan in ("full", "eager") else f"dry-{args.plan}"] \
-        if args.dry_run else PLANS[args.plan]
-    data_dir = args.data_dir or (DATA_COPY / "multi30k" if (DATA_COPY / "multi30k").is_dir()
-                                 else None)
-    work = args.work or Path(tempfile.mkdtemp(prefix="attnbook-gpu-run-"))
-    summary = run_call(plan, args.out.resolve(), work.resolve(), data_dir, args.only)
-    print(json.dumps({"parts": {k: v["status"] for k, v in summary["parts"].items()},
-                      "best": summary["best"], "wall_s": summary["calls"][0]["wall_s"]}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

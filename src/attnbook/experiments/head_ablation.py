@@ -1,7 +1,7 @@
 """Do the heads that look interesting matter? Ablating the attention heads of a trained
 translator one at a time (the book's attention page, "What the weights do not tell you").
 
-    python -m attnbook.experiments.head_ablation --run runs/cpu-base/medium --average 5 --out results/cpu/head_ablation.json
+    python -m attnbook head_ablation --run runs/cpu-base/medium --average 5 --out results/cpu/head_ablation.json
 
 A head is *ablated* by zeroing its output before the output projection W_o mixes the heads:
 a forward pre-hook on ``W_o`` sets the slice ``[..., i*d_v:(i+1)*d_v]`` of its input, head i's
@@ -34,7 +34,6 @@ entropy (SVG).
 from __future__ import annotations
 
 import math
-import sys
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -42,12 +41,9 @@ import torch
 
 from .. import __version__
 from .. import store
-from ..record import command_line, record
 from ..batching import TranslationBatches, translation_loss
 from ..bleu import bleu
-from ..cli import Parser, UsageError, fail
-from ..training.options import add_common, apply_common
-from ..data import DataError, load_multi30k
+from ..data import load_multi30k
 from ..decoding import translate
 from ..mha import MultiHeadAttention, recording, scaling_heads
 from ..plotting import OKABE_ITO, use_book_style
@@ -261,41 +257,3 @@ def figure(result: dict, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, format="svg", metadata={"Date": None, **store.figure_metadata(result)})
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.experiments.head_ablation", description=__doc__.split("\n")[0])
-    p.add_argument("--run", type=Path, required=True, help="run folder of a Transformer")
-    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
-    p.add_argument("--figure", type=Path, help="also draw the scatter plot into this SVG file")
-    p.add_argument("--every", type=int, default=EVERY,
-                   help=f"BLEU on every N-th validation sentence (default {EVERY}; 0: no BLEU)")
-    add_common(p, "average", "threads", "data-dir")
-    p.set_defaults(threads=1)
-    args = p.parse_args(argv)
-    try:
-        if args.every < 0:
-            raise UsageError(f"--every must be 0 (no BLEU) or more, got {args.every}")
-        if any(x is not None and x.is_absolute() for x in (args.run, args.out, args.figure)):
-            raise UsageError("give --run, --out and --figure relative to the repository: "
-                             "they are recorded in the results")
-        apply_common(args)
-        with record(command_line("attnbook.experiments.head_ablation", argv),
-                          threads=torch.get_num_threads()) as call:
-            result = ablation_study(args.run, args.average, args.every, args.data_dir,
-                                    device="cpu")
-        name = "head_ablation" + ("_cpu_tiny" if args.out.parent.name == "head_ablation_cpu_tiny"
-                                  else "")
-        result = store.result(name, result, call)
-        store.write(args.out, result)
-        print(f"wrote {args.out}")
-        if args.figure:
-            print(f"wrote {figure(result, args.figure)}")
-    except (UsageError, RunError, DataError, ValueError) as e:
-        return fail(e)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

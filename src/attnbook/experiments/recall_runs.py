@@ -21,21 +21,14 @@ seed; generation: mixer and t); the settings must match the file's. The JSON
 """
 from __future__ import annotations
 
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
-from pathlib import Path
 
 import torch
 
-from .. import store
-from ..cli import Parser, fail
-from ..record import command_line, record
-from ..recall import (MIXERS, generation_cost, mqar_batch, recall_accuracy, recall_model,
-                      state_numbers, train_recall, vocab_size)
+from ..recall import (MIXERS, mqar_batch, recall_accuracy, recall_model, state_numbers,
+                      train_recall, vocab_size)
 from ..utils import count_parameters, deterministic
-from .registry import ROWS, SEEDS
+from .registry import ROWS
 
 SETTINGS = dict(d_model=32, n_layers=2, n_keys=16, n_values=16, steps=1500, batch_size=64,
                 lr=3e-3, warmup=50, eval_sequences=1000, eval_seed=1234)
@@ -98,68 +91,12 @@ def _run(args) -> dict:
     return run_one(*args)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.experiments.recall_runs",
-               description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="the JSON file to write (or merge into)")
-    p.add_argument("--only", action="append", choices=PARTS, metavar="PART",
-                   help="run only this part (repeatable): " + ", ".join(PARTS))
-    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), metavar="SEED",
-                   help="seeds (default: 0 1 2)")
-    p.add_argument("--jobs", type=int, default=2, help="processes at once, one thread each")
-    p.add_argument("--steps", type=int, default=None, help="training steps instead of "
-                   "SETTINGS' (the tests' tiny run; such a file is not the chapter's)")
-    p.add_argument("--lengths", type=int, nargs="+", default=None,
-                   help="generation: the lengths t instead of GENERATION's (the tests)")
-    p.add_argument("--device", default="cpu", help="generation: the device (cpu, or cuda in "
-                   "the GPU call's plan 'recall'); the training parts run on the CPU")
-    p.add_argument("--note", default="", help="a note stored with the results")
-    args = p.parse_args(argv)
-    parts = list(dict.fromkeys(args.only or PARTS))
-    settings = SETTINGS | ({"steps": args.steps} if args.steps else {})
-    generation = GENERATION | ({"lengths": args.lengths} if args.lengths else {}) \
-        | ({"device": args.device} if args.device != "cpu" else {})     # named when not the CPU
-    old = None
-    if args.out.is_file():
-        try:
-            old = store.read(args.out)
-        except store.ResultError as e:
-            return fail(e)
-    command = command_line("attnbook.experiments.recall_runs",
-                           sys.argv[1:] if argv is None else argv)
-    runs, gen = [], []
-    with record(command, threads=1, processes=args.jobs, note=args.note) as call:
-        todo = [j for part in parts if part != "generation" for j in jobs(part, args.seeds)]
-        if todo and args.jobs > 1:
-            with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
-                runs = list(pool.map(_run, [(j, args.steps) for j in todo]))
-        else:
-            runs = [run_one(j, args.steps) for j in todo]
-        for r in runs:
-            print(f"{r['part']:5s} {r['mixer']:9s} T={r['T']:3d} pairs={r['n_pairs']} "
-                  f"state={r['state_numbers']:6d}: accuracy {r['accuracy']:.3f} "
-                  f"({r['train_seconds']:.0f} s)")
-        if "generation" in parts:
-            torch.set_num_threads(1)
-            kw = {k: generation[k] for k in ("d_model", "h", "d_state", "steps")}
-            gen = [row | {"s_per_token": round(row["s_per_token"], 7)}
-                   for kind in ("attention", "selective")
-                   for row in generation_cost(kind, generation["lengths"], **kw,
-                                              device=args.device)]
-    data = {"settings": settings, "tasks": TASKS, "generation_settings": generation,
-            "runs": sorted(runs, key=lambda r: [str(r[k]) for k in KEY]), "generation": gen}
-    new = store.result("recall" if args.device == "cpu" else "recall_gpu", data, call)
-    try:
-        if old is not None:
-            new = ROWS["recall"].merge(old, new)
-            new["generation"] = gen if "generation" in parts else old.get("generation", [])
-        new["calls"][-1]["rows"] = parts
-    except store.ResultError as e:
-        return fail(e)
-    store.write(args.out, new)
-    print(f"wrote {args.out} ({', '.join(parts)}) in {call.wall_s:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def merged(out: dict, old: dict | None, parts: list[str]) -> dict:
+    """A recall.json as :func:`attnbook.experiments.registry.save` merged it (a call's runs
+    replace those of the same key): the generation costs kept from the file unless this call
+    measured them, and the call's rows named by its ``parts``. ``old``: the file before the call
+    (None: there was none)."""
+    if old is not None and "generation" not in parts:
+        out = out | {"generation": old.get("generation", [])}
+    out["calls"][-1]["rows"] = parts
+    return out

@@ -11,7 +11,7 @@ accumulates, over the real query positions and the keys each may attend to,
     row_var_scaled      the variance of the scaled scores *within* one query's row, averaged over
                         rows (what sets how sharp the softmax is: it ignores a shift of a row)
 
-``python -m attnbook.experiments.score_scales`` (``attnbook.experiments.score_scales``, the command) measures with
+``python -m attnbook score_scales`` (``attnbook.experiments.score_scales``, the command) measures with
 :func:`measure_run` a trained translator and a freshly initialised model of the same configuration on the
 first ``--sentences`` validation pairs of Multi30k. :func:`width_sweep` measures freshly
 initialised Transformers of several widths (chapter 4 runs it live).

@@ -1,47 +1,9 @@
 """The command of chapter 4's measurement of attention-score scales (the measurement itself is
 :mod:`attnbook.experiments.scales`):
 
-    python -m attnbook.experiments.score_scales --run runs/cpu-base/medium --average 5 \\
+    python -m attnbook score_scales --run runs/cpu-base/medium --average 5 \\
         --out results/cpu/score_scales.json
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-from .. import store
-from ..record import command_line, record
-from ..cli import Parser, fail
-from ..training.runs import RunError
-from .scales import measure_run
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.experiments.score_scales",
-               description="How large are the attention scores of the book's models? (chapter 4)")
-    p.add_argument("--run", type=Path, required=True, help="a run folder written by attnbook.commands.train")
-    p.add_argument("--average", type=int, default=5, help="average the run's last K snapshots")
-    p.add_argument("--sentences", type=int, default=256, help="validation pairs to measure on")
-    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
-    argv = sys.argv[1:] if argv is None else argv
-    args = p.parse_args(argv)
-    try:
-        with record(command_line("attnbook.experiments.score_scales", argv)) as call:
-            result = measure_run(args.run, args.average, args.sentences)
-    except RunError as e:
-        return fail(e)
-    result = {"average": args.average,
-              "stats": {"var_q": "Var of the entries of the queries, at real query positions",
-                        "var_k": "Var of the entries of the keys, at real key positions",
-                        "var_dot": "Var(q . k) over the (query, key) pairs that may attend",
-                        "var_scaled": "Var(q . k / sqrt(d_k)) over the same pairs",
-                        "row_var_scaled": "variance of q . k / sqrt(d_k) within one query's row, "
-                                          "averaged over real queries and heads"},
-              **result}
-    store.write(args.out, store.result("score_scales", result, call))
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

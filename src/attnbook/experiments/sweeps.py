@@ -127,7 +127,7 @@ def summarise(values: list[float]) -> dict:
 
 def add_run_options(p, name: str) -> None:
     """The options of a command that trains runs one at a time into ``<name>.json``: where the
-    runs and the result go, threads, the tests' tiny run, a note and ``--merge``."""
+    runs and the result go, threads, the tests' tiny run and a note."""
     p.add_argument("--out", type=Path, required=True, help="folder for the runs")
     p.add_argument("--results", type=Path, help=f"folder for {name}.json")
     p.add_argument("--threads", type=int, default=2, help="PyTorch threads (default 2: the "
@@ -136,17 +136,14 @@ def add_run_options(p, name: str) -> None:
     p.add_argument("--sentences", type=int, default=0,
                    help="score only the first N sentences of each set (0 = all; the tests)")
     p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--merge", action="store_true", help=f"add these runs to --results' {name}.json")
     add_common(p, "device", "data-dir")
 
 
 def results_file(p, args, name: str) -> Path | None:
     """``--results``' ``<name>.json`` (None without --results), after checking that the folders
-    are relative (they are recorded in the result) and that ``--merge`` has a file to add to."""
+    are relative (they are recorded in the result)."""
     if any(Path(a).is_absolute() for a in (args.out, args.results or ".")):
         p.error("give --out and --results relative to the repository (they are recorded in the "
                 "results, which must not name folders of the machine that made them)")
     target = args.results / f"{name}.json" if args.results else None
-    if args.merge and not (target and target.is_file()):
-        p.error(f"--merge adds runs to an existing {name}.json: give --results with its folder")
     return target

@@ -3,7 +3,7 @@ Transformer, the paper's numbers for the corresponding rows, and the reading of 
 (``results/cpu/ablations.json``): each variant's change from the base, whether its seeds lie
 outside the base's, and the Markdown table chapters 5, 7 and 9 and the ablations appendix show.
 
-The runs themselves are made by ``python -m attnbook.experiments.ablations`` (``attnbook.experiments.ablations``).
+The runs themselves are made by ``python -m attnbook ablations`` (``attnbook.experiments.ablations``).
 """
 from __future__ import annotations
 

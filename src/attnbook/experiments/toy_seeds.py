@@ -1,8 +1,8 @@
 """Part I's experiments on the reversal task with three seeds: what chapters 1-3 train for seed 0.
 
-    python -m attnbook.experiments.toy_seeds --results results/cpu      # RESULTS/toy_seeds.json, one thread:
+    python -m attnbook toy_seeds --results results/cpu      # RESULTS/toy_seeds.json, one thread:
                                                             # 15 CPU-minutes (34 on a busy 2-core VM)
-    python -m attnbook.experiments.toy_seeds --results out --tiny       # a few steps each: what the tests run
+    python -m attnbook toy_seeds --results out --tiny       # a few steps each: what the tests run
 
 Every run is trained and scored exactly as the chapters train and score seed 0, with the settings
 of :data:`attnbook.toy.PART1`: ``deterministic(seed)``, then the model, then
@@ -35,34 +35,28 @@ chapter 3's test sources (:func:`attnbook.toy.reversal_alignment`, or
 also names the settings, and its provenance record the command, git commit, date, hardware,
 versions, threads (1), wall and CPU time; chapters 1-3 load it.
 
-``--merge`` runs only the runs named by ``--runs`` and merges them into the existing JSON by
-(name, seed) (:func:`attnbook.store.merge`; other seeds or scale are a one-line error): its other
-runs and its timing stay as they were, and the merging call is appended to its ``calls`` with
+A call is merged into the existing JSON by (name, seed)
+(:func:`attnbook.experiments.registry.save`; other seeds or scale are a one-line error): the runs
+of ``--runs`` replace those with their name and seed, the file's other runs (and, with
+``--no-timing``, its timing) stay as they were, and the call is appended to its ``calls`` with
 the runs it made, so each run still names the call that made it:
 
-    python -m attnbook.experiments.toy_seeds --results results/cpu --runs copy --no-timing --merge
+    python -m attnbook toy_seeds --results results/cpu --runs copy --no-timing
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from .. import PAD_ID
-from .. import store
-from ..record import command_line, record
-from ..cli import Parser, fail
 from ..conv import ConvS2S, layers_like
 from ..rnn import Seq2Seq
 from ..transformer import Transformer, TransformerConfig
 from ..toy import (PART1, accuracy_by_length, copy_alignment, greedy_tokens, make_batch,
                   reversal_alignment, train_toy, vocab_size)
 from ..utils import count_parameters, deterministic
-from .registry import ROWS, SEEDS
 
 STEPS, SCORE_STEPS, D_MODEL = PART1["train"]["steps"], PART1["score_steps"], PART1["d_model"]
 # name: the model (Seq2Seq's arguments), its training steps, and where the book shows it
@@ -188,16 +182,14 @@ def spread(runs: list[dict], key: str) -> dict:
             "max": [max(c) for c in columns]}
 
 
-def merged(old: dict, new: dict) -> dict:
-    """``old`` (a toy_seeds.json) with the runs of ``new`` (a call with ``--merge``) put in, by
-    :func:`attnbook.store.merge`: the runs of ``new`` replace any of ``old`` with the same name
-    and seed (other seeds or scale: a one-line ResultError); the runs are listed in the order of
-    :data:`RUNS`, then seed; ``old``'s timing stays, and the new call is appended to ``calls``
-    with the keys of its runs."""
-    out = ROWS["toy_seeds"].merge(old, new)
+def merged(out: dict, old: dict | None) -> dict:
+    """A toy_seeds.json as :func:`attnbook.experiments.registry.save` merged it (a call's runs
+    replace those of the file with the same name and seed), put in order: the runs in the order
+    of :data:`RUNS`, then seed; the run specs of the file's and the call's runs; and the spread
+    of every run over its seeds. ``old``: the file before the call (None: there was none)."""
     order = {name: i for i, name in enumerate(RUNS)}
     runs = sorted(out["runs"], key=lambda r: (order.get(r["name"], len(order)), r["seed"]))
-    specs = old["run_specs"] | new["run_specs"]
+    specs = (old or {}).get("run_specs", {}) | out["run_specs"]
     return out | {
         "run_specs": {name: specs[name] for name in sorted(specs, key=lambda n: order.get(n, 99))},
         "runs": runs,
@@ -227,65 +219,3 @@ def runs_of(args) -> dict:
     result["spread"] = {name: {key: spread([r for r in result["runs"] if r["name"] == name], key)
                                for key in ("exact", "token")} for name in args.runs}
     return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = Parser(prog="python -m attnbook.experiments.toy_seeds",
-               description="Part I's reversal experiments (chapters 1-3) with several seeds.")
-    p.add_argument("--results", type=Path, required=True,
-                   help="folder for toy_seeds.json, relative to the repository (results/cpu)")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), metavar="SEED",
-                   help="seeds (default: 0 1 2)")
-    p.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), metavar="RUN",
-                   help="which runs (default: all of " + ", ".join(RUNS) + ")")
-    p.add_argument("--timing", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time ex-03-predict-cost's four models (default: yes)")
-    p.add_argument("--tiny", action="store_true",
-                   help=f"{TINY['steps']} steps a run, a few sources: seconds (the tests)")
-    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--merge", action="store_true",
-                   help="put the runs of --runs into the existing toy_seeds.json, keeping its "
-                        "other runs and its timing (needs --no-timing, and the file's seeds and "
-                        "scale)")
-    args = p.parse_args(argv)
-    if args.results.is_absolute():
-        p.error("give --results relative to the repository (it is recorded in the results, "
-                "which must not name folders of the machine that made them)")
-    if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
-        p.error(f"--seeds must be different non-negative integers, got {args.seeds}")
-    out = args.results / "toy_seeds.json"
-    old = None
-    if args.merge:
-        if args.timing:
-            p.error("--merge keeps the file's timing: give --no-timing with it")
-        if not out.is_file():
-            p.error(f"--merge needs an existing {out}; run without --merge first")
-        try:
-            old = store.read(out)
-        except store.ResultError as e:
-            return fail(e)
-        if old.get("seeds") != args.seeds or old.get("scale") != ("tiny" if args.tiny else "full"):
-            p.error(f"{out} has seeds {old.get('seeds')} at scale {old.get('scale')!r}: merge "
-                    "runs with the same seeds and scale")
-    torch.set_num_threads(1)                 # as the chapters (train_toy uses one thread anyway)
-    command = command_line("attnbook.experiments.toy_seeds", argv)
-    with record(command, threads=torch.get_num_threads(), note=args.note) as call:
-        result = runs_of(args)
-    seconds = call.wall_s
-    result = store.result("toy_seeds", result, call)
-    try:
-        if old is not None:
-            result = merged(old, result)
-        store.write(out, result)
-    except store.ResultError as e:
-        return fail(e)
-    except OSError as e:
-        return fail(f"cannot write {args.results / 'toy_seeds.json'}: {e.strerror}; "
-                    "give a folder you can write to")
-    print(f"wrote {out} in {seconds:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

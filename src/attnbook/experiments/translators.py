@@ -1,11 +1,11 @@
 """Chapter 10's experiments, run as commands: the learning-rate sweep and the seeded leaderboard.
 
-    python -m attnbook.experiments.translators sweep --preset cpu-tiny --out runs/sweep --results results/cpu
-    python -m attnbook.experiments.translators board --preset cpu-tiny --out runs/board --reuse runs/sweep \
+    python -m attnbook translators sweep --preset cpu-tiny --out runs/sweep --results results/cpu
+    python -m attnbook translators board --preset cpu-tiny --out runs/board --reuse runs/sweep \
         --results results/cpu
-    python -m attnbook.experiments.translators board --preset gpu-base --out runs/board-gpu --jobs 1 \
+    python -m attnbook translators board --preset gpu-base --out runs/board-gpu --jobs 1 \
         --results results/gpu                                          # on a GPU
-    python -m attnbook.experiments.translators base --out runs/cpu-base --jobs 1 --threads 2 \
+    python -m attnbook translators base --out runs/cpu-base --jobs 1 --threads 2 \
         --results results/cpu                                          # an evening on a CPU
 
 Both train many small runs with ``attnbook.commands.train`` (``--jobs`` processes at once, each with
@@ -36,29 +36,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from .. import store
-from ..record import command_line, record
 from ..batching import TranslationBatches, make_batch, translation_loss
 from ..bleu import bleu, bleu_by_length
-from ..cli import Parser
-from ..training.options import add_common
 from ..data import load_multi30k
 from ..decoding import translate
-from ..training.recipe import ALL_MODELS, MODELS, forward_logits, override, preset
+from ..training.recipe import forward_logits, override, preset
 from ..training.runs import load_checkpoint, save_checkpoint
-from .registry import SEEDS
 from .scoring import merge_bootstrap, output_stats, paired_bootstrap, score_base_run
 from .sweeps import (SNAPSHOTS, load_weights, open_run, run_name,  # noqa: F401
                      score_all, summarise, tiny_run, train_all)
 from ..utils import get_device
-from .registry import ROWS
 
 # Peak learning rates tried at cpu-tiny (the book's earlier Transformer peak was 1.25e-2). Each
 # range brackets its model's best rate: a best rate at the end of a range would call for more.
@@ -230,36 +222,6 @@ EXAMPLE_RULE = "test sentences 0, 100, 200, 300 and 400 (every 100th, fixed in a
 EXAMPLES = (0, 100, 200, 300, 400)
 
 
-def parser() -> Parser:
-    """The command's options."""
-    p = Parser(prog="python -m attnbook.experiments.translators",
-               description="Chapter 10's learning-rate sweep and seeded leaderboard.")
-    p.add_argument("what", choices=("sweep", "board", "base", "train-only"))
-    add_common(p, "preset", "device", "data-dir")
-    p.add_argument("--out", type=Path, required=True, help="folder for the runs")
-    p.add_argument("--results", type=Path, help="folder for sweep.json / board.json")
-    p.add_argument("--models", nargs="+", choices=ALL_MODELS, default=list(MODELS))
-    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    p.add_argument("--max-steps", type=int, help="sweep: steps per run (default 600); board: "
-                                                 "steps per run instead of the preset's; base: "
-                                                 "steps of each candidate instead of its own "
-                                                 "(the tests' tiny run)")
-    p.add_argument("--jobs", type=int, default=2, help="runs trained at once (1 on a GPU)")
-    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per run")
-    p.add_argument("--reuse", type=Path, help="board: the sweep's runs folder, to continue its runs")
-    p.add_argument("--sentences", type=int, default=0,
-                   help="score and validate on the first N sentences only (0 = all; the "
-                        "tests use a few)")
-    p.add_argument("--note", default="", help="recorded in the results (e.g. the machine's load)")
-    p.add_argument("--peak-lrs", nargs="+", type=float, help="sweep: these peak learning rates "
-                   "instead of each model's SWEEP_LRS (a sweep at another preset)")
-    p.add_argument("--name", help="sweep, board: the result's name (NAME.json and its experiment; "
-                   "default sweep or board; board_long for the longer budget, sweep_base for "
-                   "the cpu-base sweep)")
-    p.add_argument("--merge", action="store_true", help="sweep, board: add these models' runs to "
-                   "the existing sweep.json or board.json (each model's choice and summary are "
-                   "over its own runs) instead of replacing it")
-    return p
 
 
 def score_sweep(args, folders: list) -> dict:
@@ -325,65 +287,22 @@ def score_board(args, folders: list) -> dict:
             "examples": examples, "runs": runs}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    p = parser()
-    args = p.parse_args(argv)
-    args.name = args.name or {"sweep": "sweep", "base": "cpu_base"}.get(args.what, "board")
-    if args.peak_lrs and args.what != "sweep":
-        p.error("--peak-lrs is for sweep: a board trains each model at its preset's rate")
-    if any(Path(a).is_absolute() for a in (args.out, args.results or ".", args.reuse or ".")):
-        p.error("give --out, --results and --reuse relative to the repository (they are recorded "
-                "in the results, which must not name folders of the machine that made them)")
-    if args.merge and (args.what not in ("sweep", "board") or not args.results
-                       or not (args.results / f"{args.name}.json").is_file()):
-        p.error("--merge adds runs to an existing sweep.json or board.json (NAME.json with --name): "
-                "give sweep or board, and --results with the folder that holds it")
-    if args.what == "sweep":
-        jobs = sweep_jobs(args.preset, args.models, args.max_steps or 600, args.out, args.peak_lrs)
-    elif args.what == "base":
-        jobs = base_jobs(args.out, args.max_steps)
-    else:
-        jobs = board_jobs(args.preset, args.models, args.seeds, args.out, args.reuse,
-                          args.max_steps)
-    if args.sentences:        # the training's validation loss too (the tests' tiny runs)
-        jobs = [(replace(cfg, val_sentences=args.sentences), folder) for cfg, folder in jobs]
-    # the call's provenance (attnbook.store); each run's own threads are the call's threads
-    with record(command_line("attnbook.experiments.translators", argv), threads=args.threads,
-                      processes=args.jobs, note=args.note) as call:
-        start = time.perf_counter()
-        train_all(jobs, args.jobs, args.threads, args.data_dir, args.device)
-        call.extra["this_call_train_wall_time_s"] = round(time.perf_counter() - start, 1)
-        print(f"trained {len(jobs)} runs in {call.extra['this_call_train_wall_time_s']:.0f} s")
-        if args.what == "train-only" or not args.results:
-            return 0
-        start = time.perf_counter()
-        score = {"sweep": score_sweep, "base": score_base, "board": score_board}[args.what]
-        result = {"preset": "cpu-base" if args.what == "base" else args.preset,   # base: its own
-                  **score(args, [folder for _, folder in jobs])}
-        call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
-    call.hardware["cpu_threads"] = args.threads
-    # the runs may have been trained by earlier calls (an interrupted command continues)
-    result["train_time_s_sum"] = round(sum(r["train_time_s"] for r in result["runs"]), 1)
-    experiment = args.what if args.what == "base" else args.name
-    name = f"{args.name}.json"
-    new = store.result(experiment, result, call)
-    if args.merge:          # a model's runs added to the file: the choice of each model kept
-        old = store.read(args.results / name)
-        new = ROWS["translators"].merge(old, new)
+def merged(out: dict, old: dict | None) -> dict:
+    """A sweep.json or board.json as :func:`attnbook.experiments.registry.save` merged it (a
+    call's runs replace those of the same model, rate and seed), with what is said per model
+    merged too: each model's chosen rate and summaries, the bootstrap comparisons of the call's
+    pairs, the call's models' translations of each example; ``train_time_s_sum`` over all the
+    runs (some may have been trained by earlier calls: an interrupted command continues).
+    ``old``: the file before the call (None: there was none)."""
+    out = dict(out)
+    if old is not None:
         for key in ("chosen_peak_lr", "summary_test_bleu", "summary_greedy_test_bleu"):
-            if key in result:
-                new[key] = {**old.get(key, {}), **result[key]}
-        if "bootstrap" in result:
-            new["bootstrap"] = merge_bootstrap(old.get("bootstrap", []), result["bootstrap"])
-        if "examples" in result:                                    # one more model per example
-            mine = {e["index"]: e for e in result["examples"]}
-            new["examples"] = [{**e, **mine.get(e["index"], {})} for e in old["examples"]]
-        new["train_time_s_sum"] = round(sum(r["train_time_s"] for r in new["runs"]), 1)
-    store.write(args.results / name, new)
-    print(f"wrote {args.results / name}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            if key in out:
+                out[key] = {**old.get(key, {}), **out[key]}
+        if "bootstrap" in out:
+            out["bootstrap"] = merge_bootstrap(old.get("bootstrap", []), out["bootstrap"])
+        if "examples" in out and "examples" in old:          # one more model per example
+            mine = {e["index"]: e for e in out["examples"]}
+            out["examples"] = [{**e, **mine.get(e["index"], {})} for e in old["examples"]]
+    out["train_time_s_sum"] = round(sum(r["train_time_s"] for r in out["runs"]), 1)
+    return out

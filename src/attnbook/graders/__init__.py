@@ -6,7 +6,7 @@ line or a precise hint: which input, which shape or value, what was expected and
 It never just says "wrong" and never passes a stub.
 
 In a notebook the reader calls ``check_masked_softmax(masked_softmax)``, which prints one line. The
-grading command (``python -m attnbook.book.homework``) looks graders up by exercise label in
+grading command (``python -m attnbook homework``) looks graders up by exercise label in
 ``GRADERS`` and calls ``GRADERS[label].grade(obj)``, which returns a :class:`GradeResult` instead
 of printing.
 

@@ -1,4 +1,4 @@
-"""The training loop of chapter 9's translators: ``python -m attnbook.commands.train`` runs it, the
+"""The training loop of chapter 9's translators: ``python -m attnbook train`` runs it, the
 experiments call it (this module is the library; ``train`` the command).
 
 The recipe (configuration, presets, schedule, loss, model registry) is in ``recipe``; the run

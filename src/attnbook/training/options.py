@@ -92,7 +92,7 @@ def load_model(args: argparse.Namespace, device: torch.device):
     return load_run(args.run, device, average=getattr(args, "average", 1))
 
 
-# --- The recipe options of python -m attnbook.commands.train ------------------------------------------
+# --- The recipe options of python -m attnbook train ------------------------------------------
 
 # field (recipe.FIELDS): (flag, argparse keywords). Every other field is reached by --set.
 OPTIONS = {

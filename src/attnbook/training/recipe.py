@@ -101,7 +101,7 @@ PRESETS = {
                             beam_size=4, precision="auto", compile=False),
     # an evening on a laptop: at most 30 minutes of training on 2 CPU cores (chapter 9; size,
     # batch, schedule, dropout and checkpoint averaging chosen on the validation set by
-    # `python -m attnbook.experiments.translators base`, results/cpu/cpu_base.json)
+    # `python -m attnbook translators base`, results/cpu/cpu_base.json)
     "cpu-base": TrainConfig(preset="cpu-base",
                             arch=TransformerConfig(vocab_size=6000, d_model=192, h=4, d_ff=768,
                                                    n_layers=3, dropout=0.1, max_len=512),
@@ -109,7 +109,7 @@ PRESETS = {
                             beam_size=4, precision="auto",
                             snapshot_steps=(600, 1000, 1200, 1250, 1300, 1350), compile=False),
     # the speedrun: cpu-base's model and recipe made fast on 2 CPU cores, to train in under 10
-    # minutes (`python -m attnbook.experiments.speedrun`, results/cpu/speedrun.json): bf16
+    # minutes (`python -m attnbook speedrun`, results/cpu/speedrun.json): bf16
     # autocast where the CPU has it natively (AVX-512 BF16, AMX or arm64's bf16; elsewhere
     # emulated bf16 is about 100 times slower, so such a CPU trains in float32 and says so), a
     # 4,000-piece vocabulary, and as many steps as fit the minutes; its snapshots are placed by
@@ -128,7 +128,7 @@ PRESETS = {
                          max_tokens=1024, max_steps=20, warmup=10, eval_every=10, beam_size=2,
                          eval_sentences=16, precision="fp32", compile=False),
     # the full run on one GPU: the paper's base model with 16,384-token batches. The GPU race
-    # chose the rest (python -m attnbook.experiments.gpu_run --plan eager, results/gpu/gpu_run_eager.json):
+    # chose the rest (python -m attnbook gpu_run --plan eager, results/gpu/gpu_run_eager.json):
     # of four Transformer candidates trained for the same time, a 400-step warm-up to 9.9e-4
     # had the lowest validation loss, after 609 steps (about 20 epochs); eager,
     # because compiling for dynamic shapes costs more than a run of minutes gains.
@@ -170,7 +170,7 @@ def preset(name: str, model: str = "transformer", peak_lr: float | None = None) 
         raise ConfigError(f"unknown model {model!r}; choose one of {', '.join(ALL_MODELS)}")
     if peak_lr is None and model not in PEAK_LR[name]:
         raise ConfigError(f"preset {name!r} has no peak learning rate for {model!r} yet: sweep it "
-                          f"(python -m attnbook.experiments.translators sweep --models {model} ...) "
+                          f"(python -m attnbook translators sweep --models {model} ...) "
                           "or give one (--peak-lr, --set peak_lr=...)")
     cfg = PRESETS[name]   # its own copy of arch: changing it in place leaves the preset alone
     return replace(cfg, model=model, peak_lr=PEAK_LR[name][model] if peak_lr is None else peak_lr,

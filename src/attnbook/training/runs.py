@@ -2,7 +2,7 @@
 model and tokenizer, the log kept to one line per evaluation, checkpoint averaging, and the
 trained models stored in the package (:func:`load_stored`).
 
-A run folder written by ``python -m attnbook.commands.train`` holds ``checkpoint.pt`` (model, optimizer,
+A run folder written by ``python -m attnbook train`` holds ``checkpoint.pt`` (model, optimizer,
 schedule, data position and random states), ``tokenizer.model``, ``config.json`` (the run's
 configuration, written when the command starts), ``log.jsonl`` (one line per evaluation),
 ``metrics.json`` and, if asked for, ``snapshots/step_N.pt`` (weights only).
@@ -47,7 +47,7 @@ def save_checkpoint(path: Path, **state) -> None:
 
 
 def load_checkpoint(path: Path, device="cpu",
-                    missing: str = "train a run first with `python -m attnbook.commands.train`") -> dict:
+                    missing: str = "train a run first with `python -m attnbook train`") -> dict:
     """Load safely: ``weights_only=True`` refuses anything but tensors and plain containers.
 
     A missing file raises MissingRunFile "no checkpoint at PATH; ``missing``" (the fix for the
@@ -120,7 +120,7 @@ def snapshot_files(run: Path, last_step: int) -> list[tuple[int, Path]]:
 
 
 def load_run(run: Path, device=None, average: int = 1):
-    """The model, tokenizer and config of a run folder written by ``python -m attnbook.commands.train``;
+    """The model, tokenizer and config of a run folder written by ``python -m attnbook train``;
     with ``average`` = k > 1, the model's weights are the mean of its last k snapshots
     (the checkpoint and the k - 1 snapshots before it: checkpoint averaging).
 
@@ -128,7 +128,7 @@ def load_run(run: Path, device=None, average: int = 1):
     """
     run = Path(run)
     device = device or get_device()
-    train_one = (f"train one with `python -m attnbook.commands.train --preset cpu-tiny --out {run}`, "
+    train_one = (f"train one with `python -m attnbook train --preset cpu-tiny --out {run}`, "
                  "or use a model the package stores (the commands' --stored "
                  f"{'|'.join(sorted(STORED_MODELS))}; load_stored(name) in Python)")
     if not run.is_dir():

@@ -1,19 +1,16 @@
-"""Multi30k's command line: ``python -m attnbook.data download [--to DIR]`` fetches and checks all
-nine files; ``python -m attnbook.data verify DIR`` checks the sha256 sums of a folder's files.
-The loader itself is the package, ``attnbook.data``; every mistake is one line
-``error: <problem>; <fix>`` with exit status 2 (``attnbook.cli``).
-"""
+"""``python -m attnbook data``: download, check and inspect Multi30k.
+
+The command line only: the work is :mod:`attnbook.data`."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ..cli import Parser, fail
-from . import SHA256, DataError, cache_dir, download, verify
+from ..data import SHA256, DataError, cache_dir, download, verify
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m attnbook.data", description="Multi30k, Task 1: aligned "
+    parser = Parser(prog="python -m attnbook data", description="Multi30k, Task 1: aligned "
                     "image-caption translations in German, English and French.")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("download", help="download and verify all nine Multi30k Task 1 files")
@@ -36,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = args.folder / name
                 if not path.is_file():
                     raise DataError(f"{path} not found; download the files with `python -m "
-                                    f"attnbook.data download --to {args.folder}`")
+                                    f"attnbook data download --to {args.folder}`")
                 verify(path, name)
                 print(f"ok  {path}")
     except DataError as e:
@@ -45,4 +42,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

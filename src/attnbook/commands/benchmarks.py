@@ -1,12 +1,6 @@
-"""The benchmark suite's command: ``python -m attnbook.benchmarks`` (``make bench``).
+"""``python -m attnbook benchmarks``: the benchmark suite (appendix Performance).
 
-    make bench                                           # CPU, and CUDA when PyTorch sees a GPU
-    python -m attnbook.benchmarks --quick                # tiny sizes, seconds (the tests)
-    python -m attnbook.benchmarks --only decoding --threads 1 --out results/bench
-
-What each benchmark measures, how it is timed and what it writes is in ``attnbook.benchmarks.suite``
-(the library the appendix "Performance" and the GPU call use).
-"""
+The command line only: the work is :mod:`attnbook.benchmarks`."""
 from __future__ import annotations
 
 import json
@@ -16,17 +10,19 @@ from pathlib import Path
 
 import torch
 
-from .suite import DEFAULT_OUT, SECTIONS, run_section, save_plot
+from .. import store
+from ..benchmarks.suite import DEFAULT_OUT, SECTIONS, save_plot, section_data
 from ..cli import Parser
-from ..record import command_line
+from ..experiments.registry import save
+from ..record import command_line, record
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m attnbook.benchmarks",
+    p = Parser(prog="python -m attnbook benchmarks",
                description="The book's benchmark suite (appendix Performance).")
     p.add_argument("--quick", action="store_true", help="tiny sizes: seconds (the tests run it)")
     p.add_argument("--short", action="store_true",
-                   help="the GPU call's budget (python -m attnbook.experiments.gpu_run): full sizes, but on "
+                   help="the GPU call's budget (python -m attnbook gpu_run): full sizes, but on "
                         "a GPU the training benchmark measures only the paper's base model, "
                         "without fp32 compiled, in 6 rounds")
     p.add_argument("--only", action="append", choices=SECTIONS,
@@ -43,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replot", action="store_true",
                    help="measure nothing: redraw the PNG files from the JSON files in OUT")
     args = p.parse_args(argv)
-    args.command = command_line("attnbook.benchmarks", sys.argv[1:] if argv is None else argv)
+    args.command = command_line("benchmarks", sys.argv[1:] if argv is None else argv)
     if args.threads is not None and args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
     kinds = ["cpu"] if args.device == "cpu" else []
@@ -90,10 +86,20 @@ def _run_all(kinds, root, args, p) -> None:
                     print(f"redrew {out / (section + '.png')}")
                 continue
             print(f"[{kind}] {section} -> {out / (section + '.json')}", flush=True)
-            res = run_section(section, torch.device(kind), out, args.quick, args.note,
-                              not args.no_plots, args.short, command=args.command)
-            print(f"[{kind}] {section}: {res['calls'][-1]['wall_s']} s", flush=True)
+            wall = run_section(section, torch.device(kind), out, args)
+            print(f"[{kind}] {section}: {wall} s", flush=True)
+
+
+def run_section(section: str, device: torch.device, out: Path, args) -> float:
+    """Run one benchmark on ``device`` into out/SECTION.json (and .png, unless --no-plots), in
+    the results format with this call's provenance; its wall time."""
+    with record(args.command, threads=torch.get_num_threads(), note=args.note) as call:
+        data = section_data(section, device, args.quick, args.short, call)
+    written = save("bench", out / f"{section}.json", data, call)
+    if not args.no_plots:
+        save_plot(store.read(written), out)
+    return call.wall_s
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

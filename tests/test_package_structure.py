@@ -175,6 +175,24 @@ def test_a_module_imports_only_from_its_floor_and_below(name):
                     "move what it needs down, or the module up")
 
 
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    """Between the units of the package (a sub-package, or a top-level module), imports inside
+    functions included: no cycle, so the floors above hold for folders on one floor too."""
+    graph = {}
+    for name, tree in TREES.items():
+        graph.setdefault(unit(name), set()).update(
+            unit(d) for d in imported(name, ast.walk(tree)) if unit(d) != unit(name))
+    graph.pop("attnbook", None)                   # the package's __init__ and top-level modules
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            u = todo.pop()
+            assert u != start, f"attnbook.{start} imports a folder that imports it back"
+            if u not in seen:
+                seen.add(u)
+                todo += graph.get(u, ())
+
+
 def test_the_foundation_imports_nothing_of_the_book_but_itself():
     for name in MODULES:
         if floor(name) == 0:

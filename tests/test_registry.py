@@ -67,8 +67,8 @@ def test_every_merge_goes_through_the_rows_of_the_registry():
     (["run", "nope"], "invalid choice: 'nope'"),
     (["run", "sweep", "--seeds", "0"], "sweep takes no seeds"),
     (["run", "base", "--only", "x"], "base has no parts to run alone"),
-    (["run", "toy_seeds", "--seeds", "0"], "--seeds without --only would replace "
-                                           "results/cpu/toy_seeds.json"),
+    (["run", "toy_seeds", "--seeds", "0"], "--seeds without --only would merge other seeds "
+                                           "into every part of results/cpu/toy_seeds.json"),
     (["run"], "give an experiment's NAME, or --list"),
     (["run", "recall", "--only", "pairs", "--only", "state"], "one --only KEY per call (got "
                                                               "pairs, state)"),

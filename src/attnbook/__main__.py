@@ -77,8 +77,9 @@ def run_command(argv: list[str]) -> int:
         return fail(err)
     made = [f"results/{r}" for r in e.result if find(r)]
     if args.seeds and not (args.tiny or args.only) and made:
-        return fail(f"--seeds without --only would replace {', '.join(made)} (all of its rows); "
-                    "give --only KEY to redo or add a part, or move the file away first")
+        return fail(f"--seeds without --only would merge other seeds into every part of "
+                    f"{', '.join(made)}, whose summaries are over each part's seeds; give --only "
+                    "KEY to redo or add a part with its seeds, or move the file away first")
     seeds = args.seeds or e.seeds
     if "{seed}" in " ".join(cmd):                  # one call a seed (head_ablation_cpu_tiny)
         runs = [[a.replace("{seed}", str(s)) for a in cmd] for s in seeds]

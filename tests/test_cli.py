@@ -275,6 +275,18 @@ def test_translate_and_evaluate_take_the_shared_options(run, capsys, monkeypatch
     assert "--device: unknown device 'tpu'" in err
 
 
+def test_train_writes_a_result_only_of_a_named_experiment(tmp_path, capsys):
+    """--result and --name go together, and --name is an experiment of the registry: one line
+    and exit status 2 before anything is trained."""
+    for more in (["--result", "r.json"], ["--name", "timing_2threads"],
+                 ["--result", "r.json", "--name", "nothing"], ["--result", str(tmp_path / "r.json"),
+                                                               "--name", "timing_2threads"]):
+        rc, out, err = run_main(train.main, ["--preset", "smoke", "--out", str(tmp_path / "run"),
+                                             *more], capsys)
+        assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
 # ---- every command: a bad option is one line and exit status 2 ---------------------------------
 
 # Every command of the package's table (attnbook.commands.COMMANDS), and the dispatcher itself.

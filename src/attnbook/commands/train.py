@@ -31,7 +31,7 @@ from ..training.runs import RunError, check_resumable, load_checkpoint
 from ..tokenizer import TokenizerError
 from ..training.loop import (Data, Run, attention_entropy, distributed, prepare_data,  # noqa: F401
                        train, validation_loss)
-from ..experiments.registry import save
+from ..experiments.registry import EXPERIMENTS, save
 from ..record import command_line, record
 from ..utils import choose_precision
 
@@ -48,14 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--result", type=Path, metavar="FILE",
                    help="also write the run's measurements (its metrics.json) as the result file "
                         "FILE of experiment --name, with this call's provenance")
-    p.add_argument("--name", default="timing_2threads",
-                   help="with --result: the experiment (default timing_2threads)")
+    p.add_argument("--name", help="with --result: the experiment of the registry it belongs to "
+                                  "(python -m attnbook run --list; the book's: timing_2threads)")
     add_common(p, "preset", "device", "threads", "data-dir")
     add_recipe(p)
     args = p.parse_args(argv)
     if args.result and args.result.is_absolute():
         p.error("give --result relative to the repository (the command is recorded in the "
                 "result, which must not name folders of the machine that made it)")
+    if bool(args.result) != bool(args.name):
+        p.error("give --result FILE and --name EXPERIMENT together (python -m attnbook run "
+                "--list names the experiments)")
+    if args.name and args.name not in EXPERIMENTS:
+        p.error(f"--name {args.name}: no such experiment (python -m attnbook run --list)")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
         device = apply_common(args)

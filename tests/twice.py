@@ -5,8 +5,8 @@ one way a result is written) note what it was given; :func:`merged_again` then w
 last call a second time, as a second identical call would, and asserts that the file's data is
 what the first left: rows replaced by the same rows, derived fields (summaries, spreads, orders,
 merged comparisons) made again the same, settings accepted. The second call's record is appended
-to a file with rows; a file that one call makes whole is written again byte for byte. The file
-is put back as the first call left it.
+to a file with rows; a file that one call makes whole is written again the same, its record
+included. The file is put back as the first call left it.
 """
 import copy
 import importlib

@@ -199,8 +199,9 @@ def merged(out: dict, old: dict | None) -> dict:
 
 
 def runs_of(args) -> dict:
-    """The data of toy_seeds.json: the runs of ``--runs`` and ``--seeds``, their spread, and
-    (``--timing``) ex-03-predict-cost's step times."""
+    """One call's data of toy_seeds.json: the runs of ``--runs`` and ``--seeds`` and
+    (``--timing``) ex-03-predict-cost's step times; :func:`merged` adds the spread of every run
+    over its seeds when the call is written."""
     result = {"scale": "tiny" if args.tiny else "full", "seeds": args.seeds,
               "settings": PART1 | {"n_per_length": 200},
               "run_specs": {name: RUNS[name] for name in args.runs}, "runs": []}
@@ -216,6 +217,4 @@ def runs_of(args) -> dict:
     if args.timing:
         result["predict_cost"] = step_times(tiny=args.tiny)
         print("ms per training step:", result["predict_cost"]["ms_per_step"], flush=True)
-    result["spread"] = {name: {key: spread([r for r in result["runs"] if r["name"] == name], key)
-                               for key in ("exact", "token")} for name in args.runs}
     return result

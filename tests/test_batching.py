@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from attnbook import BOS_ID, EOS_ID, PAD_ID
-from attnbook.batching import BatchingError, TranslationBatches, make_batch, pad, token_batches
+from attnbook.batching import (BatchingError, SeqBatch, TranslationBatches, make_batch, pad,
+                               token_batches)
 
 
 def test_pad_shapes_and_mask_convention():
@@ -85,3 +86,46 @@ def test_translation_batches_reject_bad_input():
         TranslationBatches([[4], [5]], [[6], []], max_tokens=10)
     with pytest.raises(BatchingError, match="more than max_tokens"):
         TranslationBatches([[4] * 20], [[5]], max_tokens=10)
+
+
+# --- SeqBatch: one sequence per example ---------------------------------------------------------
+
+def seq_batches():
+    """One batch of every maker of batches of one sequence per example, by name."""
+    from attnbook import beyond, lm, recall, tasks
+
+    g = lambda: torch.Generator().manual_seed(0)                          # noqa: E731
+    return {"neighbour": tasks.make_neighbour_batch(4, g()),
+            "lookback": tasks.make_lookback_task(2, 6)(8, g()),
+            "caesar": tasks.make_caesar_copy_task(3, 5)(4, g()),
+            "reversal": beyond.reversal_batch(4, 1, 5, 6, g()),
+            "recall": recall.mqar_batch(4, 2, 8, 8, 8, generator=g()),
+            "lm": lm.lm_batches([[BOS_ID, 5, 6, EOS_ID], [BOS_ID, 7, EOS_ID]], max_tokens=64)[0]}
+
+
+def test_every_batch_of_one_sequence_per_example_is_a_seqbatch_with_the_books_masks():
+    for name, b in seq_batches().items():
+        assert isinstance(b, SeqBatch), name
+        assert b.ids.dtype == b.targets.dtype == torch.long, name
+        assert not (b.scored & ~b.mask).any(), f"{name}: a scored position must be a real token"
+        assert (b.ids[~b.mask] == PAD_ID).all() and b.n_scored > 0, name
+    made = seq_batches()
+    assert not made["neighbour"].scored[:, :2].any() and made["neighbour"].mask.all()
+    assert (made["lookback"].targets[made["lookback"].scored] == 0).any()  # 0: a class here
+    assert made["reversal"].positions is not None and made["lm"].positions is None
+
+
+def test_a_seqbatch_with_a_wrong_shape_or_a_non_boolean_mask_says_so():
+    ids = torch.full((2, 5), 4)
+    real = torch.ones(2, 5, dtype=torch.bool)
+    SeqBatch(ids, ids, real, real)                                        # fine
+    with pytest.raises(BatchingError, match=r"targets has shape \(2, 4\) but ids has \(2, 5\)"):
+        SeqBatch(ids, ids[:, :4], real, real)
+    with pytest.raises(BatchingError, match=r"positions has shape \(5,\)"):
+        SeqBatch(ids, ids, real, real, positions=torch.arange(5))
+    with pytest.raises(BatchingError, match="ids must be \\(B, L\\)"):
+        SeqBatch(ids[0], ids[0], real[0], real[0])
+    with pytest.raises(BatchingError, match="mask and scored must be bool"):
+        SeqBatch(ids, ids, real.long(), real)
+    moved = SeqBatch(ids, ids, real, real).to("cpu")
+    assert moved.positions is None and torch.equal(moved.ids, ids)

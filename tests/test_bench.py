@@ -162,9 +162,9 @@ def test_flop_count_matches_pytorchs_flop_counter(norm_first):
     flops = bench_suite.transformer_flops(cfg, B=3, S=7, T=5)
     with sdpa_kernel(SDPBackend.MATH):
         with FlopCounterMode(display=False) as fwd, torch.no_grad():
-            book(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])
+            book(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
         with FlopCounterMode(display=False) as step:
-            book(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"]).sum().backward()
+            book(b.src, b.src_mask, b.tgt_in, b.tgt_mask).sum().backward()
     assert fwd.get_total_flops() == pytest.approx(flops["forward"], rel=0.01)
     assert step.get_total_flops() == pytest.approx(flops["training"], rel=0.01)
 
@@ -177,12 +177,12 @@ def test_book_and_torch_transformer_in_the_throughput_benchmark_compute_the_same
     book, ref = book.double(), ref.double()
     assert bench_suite.count_parameters(book) == bench_suite.count_parameters(ref)
     b = bench_suite.random_batch(3, 7, 5, 60, seed=1)
-    b["src_mask"][1, 4:] = b["tgt_mask"][2, 3:] = False                    # some padding
-    b["src"][~b["src_mask"]] = b["tgt_out"][~b["tgt_mask"]] = 0
+    b.src_mask[1, 4:] = b.tgt_mask[2, 3:] = False                    # some padding
+    b.src[~b.src_mask] = b.tgt_out[~b.tgt_mask] = 0
 
     def loss(model):
-        logits = model(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])
-        return translation_loss(logits, b["tgt_out"], label_smoothing=0.1)
+        logits = model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)
+        return translation_loss(logits, b.tgt_out, label_smoothing=0.1)
 
     ours, theirs = loss(book), loss(ref)
     torch.testing.assert_close(ours, theirs)

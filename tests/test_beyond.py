@@ -158,8 +158,9 @@ def test_bad_shapes_give_clear_errors():
 
 def test_reversal_batch_lines_up():
     b = reversal_batch(4, 3, 3, n_symbols=5, generator=torch.Generator().manual_seed(0))
-    ids, targets, mask, pos = b
+    ids, targets, mask, pos = b.ids, b.targets, b.mask, b.positions
     assert ids.shape == targets.shape == mask.shape == pos.shape == (4, 8)
+    assert torch.equal(b.scored, targets != PAD_ID) and b.scored[:, 4:].all()  # tgt EOS only
     src = ids[:, 1:4]
     assert (ids[:, 0] == BOS_ID).all() and (ids[:, 4] == EOS_ID).all()
     assert torch.equal(ids[:, 5:], src.flip(1))                        # the target, teacher-forced

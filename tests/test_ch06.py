@@ -16,11 +16,12 @@ from graderkit import assert_fails, grade, stub  # noqa: F401
 
 def test_caesar_copy_shapes_layout_and_mask_convention():
     k, n = 4, 8
-    x, y, mask = make_caesar_copy_task(k, n)(16, torch.Generator().manual_seed(0))
+    b = make_caesar_copy_task(k, n)(16, torch.Generator().manual_seed(0))
+    x, y, mask = b.ids, b.targets, b.mask
     T = 2 * k + 2
     assert x.shape == y.shape == mask.shape == (16, T)
     assert x.dtype == y.dtype == torch.long and mask.dtype == torch.bool
-    assert mask.all()                                   # every position is real and counts
+    assert mask.all() and b.scored.all()                # every position is real and counts
     assert torch.equal(y[:, :-1], x[:, 1:])             # targets are the inputs shifted by one
     assert (x[:, 0] == BOS_ID).all() and (y[:, -1] == EOS_ID).all()
     sep = 4 + n
@@ -33,7 +34,8 @@ def test_caesar_copy_shapes_layout_and_mask_convention():
 @pytest.mark.parametrize("shift", [0, 1, 3])
 def test_caesar_copy_second_half_is_the_first_half_shifted(shift):
     k, n = 5, 6
-    x, y, _ = make_caesar_copy_task(k, n, shift)(32, torch.Generator().manual_seed(1))
+    b = make_caesar_copy_task(k, n, shift)(32, torch.Generator().manual_seed(1))
+    x, y = b.ids, b.targets
     first = x[:, 1:k + 1] - 4                           # a_1 .. a_k as 0 .. n-1
     second = y[:, k + 1:2 * k + 1] - 4                  # b_1 .. b_k
     assert torch.equal(second, (first + shift) % n)
@@ -41,9 +43,8 @@ def test_caesar_copy_second_half_is_the_first_half_shifted(shift):
 
 def test_caesar_copy_labels_depend_on_the_prompt_and_batches_are_reproducible():
     task = make_caesar_copy_task(3, 8)
-    x1, y1, _ = task(64, torch.Generator().manual_seed(0))
-    x2, y2, _ = task(64, torch.Generator().manual_seed(0))
-    x3, _, _ = task(64, torch.Generator().manual_seed(1))
+    first, again, other = (task(64, torch.Generator().manual_seed(s)) for s in (0, 0, 1))
+    x1, y1, x2, y2, x3 = first.ids, first.targets, again.ids, again.targets, other.ids
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
     assert not torch.equal(x1, x3)
     # change a_1 in every row: the label that encodes it (b_1) changes with it
@@ -73,7 +74,8 @@ def test_caesar_copy_is_learnable_by_a_causal_model_down_to_the_entropy_floor():
     losses = train_on_task(model, task, steps=250, lr=3e-3, seed=0)
     floor = k * math.log(n) / (2 * k + 2)
     assert floor - 0.05 < sum(losses[-20:]) / 20 < floor + 0.15
-    x, y, _ = task(256, torch.Generator().manual_seed(5))
+    held_out = task(256, torch.Generator().manual_seed(5))
+    x, y = held_out.ids, held_out.targets
     model.eval()
     with torch.no_grad():
         pred = model(x).argmax(-1)

@@ -28,7 +28,9 @@ def lookback_labels(x, mask, offset):
                                                               (30, 30, 3, 10)])
 def test_lookback_task_shapes_mask_and_labels(min_len, max_len, offset, n_symbols):
     make_batch = make_lookback_task(min_len, max_len, offset=offset, n_symbols=n_symbols)
-    x, y, mask = make_batch(64, torch.Generator().manual_seed(0))
+    b = make_batch(64, torch.Generator().manual_seed(0))
+    x, y, mask = b.ids, b.targets, b.mask
+    assert torch.equal(b.scored, mask) and b.positions is None   # every real label counts
     lengths = mask.sum(1)
     assert x.dtype == y.dtype == torch.long and mask.dtype == torch.bool
     assert x.shape == y.shape == mask.shape == (64, int(lengths.max()))
@@ -46,14 +48,15 @@ def test_lookback_task_is_reproducible_and_covers_all_lengths():
     make_batch = make_lookback_task(4, 9)
     a = make_batch(32, torch.Generator().manual_seed(5))
     b = make_batch(32, torch.Generator().manual_seed(5))
-    assert all(torch.equal(u, v) for u, v in zip(a, b))
-    x, y, mask = make_batch(2000, torch.Generator().manual_seed(1))
+    assert all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("ids", "targets", "mask"))
+    mask = make_batch(2000, torch.Generator().manual_seed(1)).mask
     assert set(mask.sum(1).tolist()) == set(range(4, 10))
 
 
 def test_lookback_labels_depend_on_order_not_on_the_bag_of_tokens():
     """Shuffling a sequence does not shuffle its labels: a bag-of-tokens model cannot solve it."""
-    x, y, mask = make_lookback_task(16, 16)(200, torch.Generator().manual_seed(0))
+    batch = make_lookback_task(16, 16)(200, torch.Generator().manual_seed(0))
+    x, y, mask = batch.ids, batch.targets, batch.mask
     g = torch.Generator().manual_seed(1)
     changed = 0
     for b in range(x.shape[0]):
@@ -75,7 +78,8 @@ def test_encoder_without_positions_is_permutation_equivariant_and_causal_is_not(
     torch.manual_seed(0)
     cfg = TransformerConfig(vocab_size=12, d_model=16, h=2, d_ff=32, n_layers=2, dropout=0.0,
                             positional="none")
-    x, _, mask = make_lookback_task(10, 10)(4, torch.Generator().manual_seed(0))
+    batch = make_lookback_task(10, 10)(4, torch.Generator().manual_seed(0))
+    x, mask = batch.ids, batch.mask
     perm = torch.randperm(10)
     encoder = SelfAttentionStack(cfg, causal=False).eval()
     with torch.no_grad():

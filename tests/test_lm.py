@@ -68,9 +68,12 @@ def test_the_stack_is_causal_and_the_old_interface_still_works():
 def test_lm_batches_keep_every_sequence_once_and_the_loss_ignores_pad():
     seqs = [[BOS_ID, *range(4, 4 + n), EOS_ID] for n in (3, 1, 7, 2, 5, 4)]
     batches = lm_batches(seqs, max_tokens=20, seed=0)
-    rows = sorted(tuple(ids[m].tolist()) for ids, m in batches for ids, m in zip(ids, m))
+    rows = sorted(tuple(ids[m].tolist()) for b in batches for ids, m in zip(b.ids, b.mask))
     assert rows == sorted(tuple(s) for s in seqs)
-    assert all(ids.numel() <= 20 for ids, _ in batches)
+    assert all(b.ids.numel() <= 20 for b in batches)
+    for b in batches:     # targets: the next token wherever there is one, PAD (unscored) after
+        assert torch.equal(b.targets[:, :-1][b.scored[:, :-1]], b.ids[:, 1:][b.mask[:, 1:]])
+        assert torch.equal(b.scored, b.targets != PAD_ID) and b.n_scored == b.mask.sum() - len(b.ids)
     ids, mask = pad(seqs[:3])
     logits = torch.randn(3, ids.shape[1], V)
     manual = torch.cat([torch.nn.functional.cross_entropy(logits[b, :len(s) - 1],

@@ -88,6 +88,16 @@ def test_no_function_is_longer_than_80_lines_of_code(name):
     assert not long, f"{name}: split {', '.join(long)} into functions of at most {MAX_LINES}"
 
 
+def test_batches_are_defined_in_one_place():
+    """Every batch of the book is a batching.Batch (a pair per example) or a batching.SeqBatch
+    (one sequence per example): no other module defines a class named ...Batch (as
+    beyond.ReversalBatch and recall.RecallBatch once were)."""
+    elsewhere = sorted(f"{name}.{node.name}" for name, tree in TREES.items()
+                       if name != "attnbook.batching" for node in ast.walk(tree)
+                       if isinstance(node, ast.ClassDef) and node.name.endswith("Batch"))
+    assert not elsewhere, f"{elsewhere}: use attnbook.batching.Batch or SeqBatch"
+
+
 def test_no_import_cycle():
     """Between the modules' imports, those inside functions included (an import put in a
     function to dodge a cycle is still a cycle in the design)."""

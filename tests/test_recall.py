@@ -15,9 +15,9 @@ from twice import merged_again, recording
 def test_every_query_asks_for_the_value_that_followed_its_key():
     b = mqar_batch(32, n_pairs=5, T=24, n_keys=16, n_values=16,
                    generator=torch.Generator().manual_seed(0))
-    assert b.ids.shape == b.targets.shape == b.queries.shape == (32, 24)
+    assert b.ids.shape == b.targets.shape == b.scored.shape == (32, 24) and b.mask.all()
     filler = 4 + 16 + 16
-    for ids, targets, queries in zip(b.ids.tolist(), b.targets.tolist(), b.queries.tolist()):
+    for ids, targets, queries in zip(b.ids.tolist(), b.targets.tolist(), b.scored.tolist()):
         pairs = dict(zip(ids[0:10:2], ids[1:10:2]))
         assert len(pairs) == 5 and all(4 <= k < 20 and 20 <= v < 36 for k, v in pairs.items())
         asked = [t for t in range(24) if queries[t]]

@@ -1,6 +1,7 @@
 """The synthetic-task trainer learns an easy task and is reproducible."""
 import torch
 
+from attnbook.batching import SeqBatch
 from attnbook.tasks import task_accuracy, train_on_task
 from attnbook.transformer import SelfAttentionStack, TransformerConfig
 
@@ -9,7 +10,8 @@ def shift_task(batch_size, g, T=8, n=6):
     """Label of position t = the symbol at position t - 1 (0 for the first): needs attention."""
     x = torch.randint(4, 4 + n, (batch_size, T), generator=g)
     y = torch.cat([torch.zeros(batch_size, 1, dtype=torch.long), x[:, :-1] - 4 + 1], dim=1)
-    return x, y, torch.ones(batch_size, T, dtype=torch.bool)
+    real = torch.ones(batch_size, T, dtype=torch.bool)
+    return SeqBatch(ids=x, targets=y, mask=real, scored=real)
 
 
 def model(seed):

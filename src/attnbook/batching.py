@@ -7,6 +7,9 @@ similar length go into the same batch ("bucketing"), and a batch holds as many s
 in a budget of ``max_tokens`` padded tokens, so short sentences come in big batches and long
 ones in small batches.
 
+Models that read one sequence per example (the tasks, the language model) get a
+:class:`SeqBatch` instead of a translation :class:`Batch`.
+
 This module also holds the two things every batch of the book is read with: the mask of real
 tokens built from lengths (:func:`lengths_mask`) and the loss over real target tokens
 (:func:`translation_loss`, PAD ignored), used by every model and chapter from Part I's toy task
@@ -103,6 +106,46 @@ def make_batch(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]],
     tgt_out, _ = pad([[*t, EOS_ID] for t in tgt])               # (B, T)
     index = torch.as_tensor(range(len(src)) if index is None else index, dtype=torch.long)
     return Batch(src_ids, src_mask, tgt_in, tgt_out, tgt_mask, index)
+
+
+@dataclass
+class SeqBatch:
+    """A batch of one sequence per example, for the models that are a single stack of blocks
+    (a :class:`attnbook.transformer.SelfAttentionStack` and its variants): chapters 5-7's tasks,
+    chapter 12's language model, chapter 13's reversal and recall. book/notation.md lists it.
+
+    Two masks, because what attention may see and where the loss counts can differ: chapter 5
+    labels only positions 2..9 of sequences without padding, and a language model scores the
+    next token, which the last real token of a sentence does not have.
+    """
+
+    ids: torch.Tensor        # (B, L) int64 input ids, right-padded with PAD_ID
+    targets: torch.Tensor    # (B, L) int64, what each position must output: a token or a class
+    mask: torch.Tensor       # (B, L) bool, True at real tokens: what attention may see
+    scored: torch.Tensor     # (B, L) bool, True where targets count (loss and accuracy)
+    positions: torch.Tensor | None = None  # (B, L) int64 each token's position; None: 0..L-1
+
+    def __post_init__(self):
+        shape = tuple(self.ids.shape)
+        if len(shape) != 2:
+            raise BatchingError(f"ids must be (B, L), got shape {shape}")
+        for name in ("targets", "mask", "scored", "positions"):
+            t = getattr(self, name)
+            if t is not None and tuple(t.shape) != shape:
+                raise BatchingError(f"{name} has shape {tuple(t.shape)} but ids has {shape}; "
+                                    "every field of a SeqBatch is (B, L)")
+        if self.mask.dtype != torch.bool or self.scored.dtype != torch.bool:
+            raise BatchingError(f"mask and scored must be bool, got {self.mask.dtype} and "
+                                f"{self.scored.dtype}")
+
+    def to(self, device) -> "SeqBatch":
+        return SeqBatch(*(None if t is None else t.to(device, non_blocking=True) for t in
+                          (self.ids, self.targets, self.mask, self.scored, self.positions)))
+
+    @property
+    def n_scored(self) -> int:
+        """Number of positions whose target counts: the ones the loss is computed on."""
+        return int(self.scored.sum())
 
 
 def token_batches(lengths: Sequence[int], max_tokens: int, shuffle: bool = True,

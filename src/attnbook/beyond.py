@@ -19,7 +19,8 @@ Each mixer is called like :class:`attnbook.mha.MultiHeadAttention`,
 ``mixer(x, key_mask=None, causal=False) -> (out (B, T, d_model), None)``, so
 :func:`mixer_model` builds chapter 12's ``SelfAttentionStack(cfg, causal=True)`` and swaps the
 self-attention of every block for another mixer. :func:`reversal_batch` poses chapter 1's
-reversal task to such a decoder-only model as one sequence ``BOS source EOS target EOS``.
+reversal task to such a decoder-only model as one sequence ``BOS source EOS target EOS``,
+a :class:`attnbook.batching.SeqBatch` like every batch of one sequence per example.
 
 Shapes follow book/notation.md; masks are True where attention is allowed (a real token).
 """
@@ -27,14 +28,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import causal_mask, check_qkv
-from .batching import pad, translation_loss
+from . import PAD_ID
+from .batching import SeqBatch, pad, translation_loss
 from .lm import prompt_target_example
 from .loop import fit
 from .mha import MultiHeadAttention
@@ -400,23 +402,15 @@ def mixer_model(cfg: TransformerConfig, kind: str) -> SelfAttentionStack:
 # ---------------------------------------------------------------------------------------------
 # Chapter 1's reversal task for a decoder-only model, and a small training loop
 
-class ReversalBatch(NamedTuple):
-    """Chapter 1's task as one sequence per example, for a decoder-only model."""
-
-    ids: torch.Tensor        # (B, L) int64: BOS src EOS tgt, right-padded
-    targets: torch.Tensor    # (B, L) int64: the next token over tgt EOS, PAD elsewhere
-    mask: torch.Tensor       # (B, L) bool, True at real tokens
-    positions: torch.Tensor  # (B, L) int64: each token's distance from the EOS separator
-
-
 def reversal_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
                    generator: torch.Generator | None = None,
-                   task: str = "reverse") -> ReversalBatch:
+                   task: str = "reverse") -> SeqBatch:
     """Chapter 1's task (:func:`attnbook.toy.make_batch`) as one sequence per example,
-    ``BOS source EOS target EOS`` (:func:`attnbook.lm.prompt_target_example`).
+    ``BOS source EOS target EOS`` (:func:`attnbook.lm.prompt_target_example`), a SeqBatch.
 
-    L = 2 * longest + 2. targets[b, t] is the token after ids[b, t] where that token belongs to
-    the target (tgt EOS), PAD elsewhere (the prompt is given; padding). positions count from the
+    ids (B, L), L = 2 * longest + 2: BOS src EOS tgt, right-padded; mask True at real tokens.
+    targets[b, t] is the token after ids[b, t] where that token belongs to the target (tgt EOS),
+    PAD elsewhere (the prompt is given; padding); scored is True there. positions count from the
     separator, outwards on both sides: the source's last token is 1 before EOS, its first is n
     before it, and the target's tokens (EOS included, as the first input) are 0, 1, 2, ... after
     it. For reversal, the input that predicts output j then has position j - 1 and the source
@@ -431,24 +425,23 @@ def reversal_batch(batch_size: int, min_len: int, max_len: int, n_symbols: int,
     ids, mask = pad([p[0] for p in pairs])                          # (B, L)
     targets, _ = pad([p[1] for p in pairs])                         # (B, L), PAD over the prompt
     positions, _ = pad([[*range(n + 1, 0, -1), *range(n + 1)] for n in lengths])
-    return ReversalBatch(ids, targets, mask, positions)
+    return SeqBatch(ids, targets, mask, scored=targets != PAD_ID, positions=positions)
 
 
-def train_model(model: nn.Module, next_batch: Callable[[int], tuple], steps: int,
+def train_model(model: nn.Module, next_batch: Callable[[int], SeqBatch], steps: int,
                 lr: float = 3e-3, warmup: int = 20, clip: float = 1.0) -> list[float]:
     """AdamW with a linear warm-up and a cosine decay, for ``steps`` steps; returns the losses.
 
-    next_batch(step) -> (ids (B, L), targets (B, L), mask (B, L)) or, with a fourth element,
-    positions (B, L) for the model; the loss is the book's one loss, ``translation_loss`` of
-    ``model(ids, mask, positions=positions)`` against targets.
+    next_batch(step) -> a SeqBatch whose targets are PAD wherever nothing is scored; the loss is
+    the book's one loss, ``translation_loss`` of ``model(ids, mask, positions=positions)``
+    against targets.
     """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = warmup_cosine_scheduler(opt, warmup, steps)
 
-    def loss_fn(model, batch):
-        ids, targets, mask, *positions = batch
-        logits = model(ids, mask, positions=positions[0]) if positions else model(ids, mask)
-        return translation_loss(logits, targets)                   # PAD targets ignored
+    def loss_fn(model, b: SeqBatch):
+        logits = model(b.ids, b.mask, positions=b.positions)       # (B, L, V)
+        return translation_loss(logits, b.targets)                 # PAD targets ignored
 
     losses = fit(model, next_batch, loss_fn, steps, opt, sched, clip)
     model.eval()
@@ -471,9 +464,9 @@ def reversal_accuracy(model: nn.Module, lengths: Sequence[int], n_symbols: int,
     gen = torch.Generator().manual_seed(seed)
     out = {"length": [], "exact": [], "token": []}
     for L in lengths:
-        ids, targets, mask, pos = reversal_batch(n_per_length, L, L, n_symbols, gen, task)
-        pred = model(ids, mask, positions=pos).argmax(-1)           # (n, 2L + 2)
-        right = (pred == targets)[:, L + 1:]                        # (n, L + 1): tgt, EOS
+        b = reversal_batch(n_per_length, L, L, n_symbols, gen, task)
+        pred = model(b.ids, b.mask, positions=b.positions).argmax(-1)   # (n, 2L + 2)
+        right = (pred == b.targets)[:, L + 1:]                      # (n, L + 1): tgt, EOS
         out["length"].append(int(L))
         out["exact"].append(right.all(1).float().mean().item())
         out["token"].append(right[:, :L].float().mean().item())

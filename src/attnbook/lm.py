@@ -4,7 +4,8 @@ A decoder-only model is a causal :class:`attnbook.transformer.SelfAttentionStack
 (B, L) -> logits (B, L, V), where ``logits[b, t]`` scores the token that follows ``ids[b, :t+1]``.
 
 * **Language modelling.** Each sentence is ``BOS ids EOS``; the loss is the cross-entropy of
-  every next token (PAD ignored): :func:`lm_batches`, :func:`lm_loss`.
+  every next token (PAD ignored): :func:`lm_batches` (a :class:`attnbook.batching.SeqBatch`
+  whose targets are the next tokens), :func:`lm_loss`.
 * **Generation.** :func:`generate` samples one token at a time with a temperature and top-k,
   feeding only the newest token thanks to the key/value cache.
 * **Translation as one sequence.** ``BOS source EOS target EOS``: the prompt (``BOS source EOS``)
@@ -25,20 +26,30 @@ import torch
 import torch.nn as nn
 
 from . import BOS_ID, EOS_ID, PAD_ID
-from .batching import pad, token_batches, translation_loss
+from .batching import SeqBatch, pad, token_batches, translation_loss
 from .transformer import SelfAttentionStack, TransformerConfig
 
 
 # ---------------------------------------------------------------------------------------------
 # Language modelling
 
+def next_token_batch(ids: torch.Tensor, mask: torch.Tensor) -> SeqBatch:
+    """A language model's batch from ids (B, L) right-padded with PAD and mask (B, L), True at
+    real tokens: targets[:, t] = ids[:, t + 1], the next token (PAD after each sequence's last
+    token), and scored True where there is a next token to predict."""
+    targets = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], PAD_ID)], 1)    # (B, L)
+    scored = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], 1)          # (B, L)
+    return SeqBatch(ids, targets, mask, scored)
+
+
 def lm_batches(seqs: Sequence[Sequence[int]], max_tokens: int, shuffle: bool = True,
-               seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+               seed: int = 0) -> list[SeqBatch]:
     """Length-bucketed batches of whole sequences (e.g. ``BOS caption EOS``) within a token
-    budget: a list of (ids (B, L) int64 right-padded with PAD, mask (B, L) bool, True at real
-    tokens). Every sequence appears exactly once; nothing is truncated."""
+    budget: a list of :func:`next_token_batch` (ids (B, L) int64 right-padded with PAD, mask
+    True at real tokens, targets the next tokens). Every sequence appears exactly once; nothing
+    is truncated."""
     groups = token_batches([len(s) for s in seqs], max_tokens, shuffle=shuffle, seed=seed)
-    return [pad([seqs[i] for i in g]) for g in groups]
+    return [next_token_batch(*pad([seqs[i] for i in g])) for g in groups]
 
 
 def lm_loss(logits: torch.Tensor, ids: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:

@@ -17,12 +17,11 @@ Tokens: ids 0-3 are the book's special tokens (never used here); keys are ids
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 
 from . import PAD_ID
+from .batching import SeqBatch
 from .beyond import GatedRecurrence, LinearAttention
 from .loop import fit
 from .mha import MultiHeadAttention
@@ -31,22 +30,17 @@ from .ssm import LTISSM, SelectiveSSM
 from .transformer import SelfAttentionStack, TransformerConfig
 
 
-class RecallBatch(NamedTuple):
-    """One batch of MQAR."""
-
-    ids: torch.Tensor        # (B, T) int64: the pairs, then queries among filler tokens
-    targets: torch.Tensor    # (B, T) int64: at a query, its value; PAD elsewhere
-    queries: torch.Tensor    # (B, T) bool: True at the queries, where the loss and accuracy count
-
-
 def vocab_size(n_keys: int, n_values: int) -> int:
     """The ids MQAR uses: 4 special ones, the keys, the values and the filler."""
     return 4 + n_keys + n_values + 1
 
 
 def mqar_batch(batch_size: int, n_pairs: int, T: int, n_keys: int = 64, n_values: int = 64,
-               generator: torch.Generator | None = None) -> RecallBatch:
-    """``batch_size`` MQAR sequences of length T (see the module's docstring).
+               generator: torch.Generator | None = None) -> SeqBatch:
+    """``batch_size`` MQAR sequences of length T (see the module's docstring), a SeqBatch:
+    ids (B, T), the pairs then the queries among filler tokens; targets (B, T), at a query its
+    value, PAD elsewhere; scored (B, T), True at the queries, where the loss and accuracy count;
+    mask all True (no padding).
 
     Each sequence draws n_pairs distinct keys (so each query has one answer) and a value for
     each, independently; the queries take n_pairs distinct positions of the query region, drawn
@@ -72,7 +66,7 @@ def mqar_batch(batch_size: int, n_pairs: int, T: int, n_keys: int = 64, n_values
     targets[rows, slots] = values.gather(1, order)
     queries = torch.zeros(batch_size, T, dtype=torch.bool)
     queries[rows, slots] = True
-    return RecallBatch(ids, targets, queries)
+    return SeqBatch(ids, targets, mask=torch.ones_like(queries), scored=queries)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,17 +128,18 @@ def state_numbers(model: SelfAttentionStack, T: int) -> int:
     return total
 
 
-def recall_loss(model, b: RecallBatch) -> torch.Tensor:
-    """Cross-entropy at the queries only: the rest of the sequence has nothing to predict."""
-    return F.cross_entropy(model(b.ids)[b.queries], b.targets[b.queries])
+def recall_loss(model, b: SeqBatch) -> torch.Tensor:
+    """Cross-entropy at the queries only: the rest of the sequence has nothing to predict.
+    No sequence has padding, so the model reads the ids alone."""
+    return F.cross_entropy(model(b.ids)[b.scored], b.targets[b.scored])
 
 
 @torch.no_grad()
-def recall_accuracy(model, b: RecallBatch) -> float:
+def recall_accuracy(model, b: SeqBatch) -> float:
     """The fraction of the batch's queries whose value the model puts first, in eval mode."""
     was_training = model.training
     model.eval()
-    right = model(b.ids).argmax(-1)[b.queries] == b.targets[b.queries]
+    right = model(b.ids).argmax(-1)[b.scored] == b.targets[b.scored]
     model.train(was_training)
     return right.float().mean().item()
 

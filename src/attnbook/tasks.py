@@ -1,11 +1,12 @@
 """Synthetic tasks for the Transformer chapters, and one small loop that trains on them.
 
-A task is a function ``make_batch(batch_size, generator) -> (inputs, targets, mask)``:
-inputs (B, T) int64 token ids; targets (B, T) int64, the label of each position; mask (B, T)
-bool, True where a position is a real token whose label counts (the book's convention).
+A task is a function ``make_batch(batch_size, generator) -> SeqBatch``
+(:class:`attnbook.batching.SeqBatch`): ids (B, T) int64 token ids; targets (B, T) int64, the
+label of each position (a class: 0 is a class like any other); mask (B, T) bool, True at real
+tokens (the book's convention); scored (B, T) bool, True where a label counts.
 Symbols start at 4: ids 0-3 are PAD, UNK, BOS, EOS, as everywhere in the book.
 
-Models are called as ``model(inputs, mask) -> logits (B, T, n_classes)``, which is what
+Models are called as ``model(ids, mask) -> logits (B, T, n_classes)``, which is what
 :class:`attnbook.transformer.SelfAttentionStack` does.
 
 Chapter 5's neighbour task and its model are built inline in their chapter first (chapter 6's
@@ -21,12 +22,12 @@ import torch
 import torch.nn.functional as F
 
 from . import BOS_ID, EOS_ID
-from .batching import lengths_mask
+from .batching import SeqBatch, lengths_mask
 from .loop import fit
 from .schedules import warmup_cosine_scheduler
 from .transformer import SelfAttentionStack, TransformerConfig
 
-Task = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+Task = Callable[[int, torch.Generator], SeqBatch]
 
 
 def train_on_task(model: torch.nn.Module, make_batch: Task, steps: int, lr: float = 1e-3,
@@ -41,9 +42,8 @@ def train_on_task(model: torch.nn.Module, make_batch: Task, steps: int, lr: floa
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     sched = warmup_cosine_scheduler(opt, warmup, steps)
 
-    def loss_fn(model, batch):
-        x, y, mask = batch
-        return F.cross_entropy(model(x, mask)[mask], y[mask])       # logits (B, T, C)
+    def loss_fn(model, b: SeqBatch):
+        return F.cross_entropy(model(b.ids, b.mask)[b.scored], b.targets[b.scored])  # (B, T, C)
 
     return fit(model, lambda step: make_batch(batch_size, g), loss_fn, steps, opt, sched, clip)
 
@@ -56,12 +56,12 @@ def task_accuracy(model: torch.nn.Module, make_batch: Task, n_batches: int = 4,
     model.eval()
     tok_right = tok_total = seq_right = seq_total = 0
     for _ in range(n_batches):
-        x, y, mask = make_batch(batch_size, g)
-        right = (model(x, mask).argmax(-1) == y) | ~mask             # (B, T)
-        tok_right += int((right & mask).sum())
-        tok_total += int(mask.sum())
+        b = make_batch(batch_size, g)
+        right = (model(b.ids, b.mask).argmax(-1) == b.targets) | ~b.scored     # (B, T)
+        tok_right += int((right & b.scored).sum())
+        tok_total += b.n_scored
         seq_right += int(right.all(dim=1).sum())
-        seq_total += x.shape[0]
+        seq_total += b.ids.shape[0]
     model.train()
     return tok_right / tok_total, seq_right / seq_total
 
@@ -75,21 +75,22 @@ OFFSETS = (-2, -1, 1, 2)           # the four neighbours: bit i of the label = n
 
 def make_neighbour_batch(batch_size: int, generator: torch.Generator):
     """Chapter 5's task: random bits (ids 4 and 5) and, at t = 2..9, the pattern of the four
-    neighbours t-2, t-1, t+1, t+2 as a class 0..15. Returns inputs (B, T) int64, targets (B, T)
-    int64 and mask (B, T) bool, True where a label counts (positions 2..9); T = 12."""
+    neighbours t-2, t-1, t+1, t+2 as a class 0..15. Returns a SeqBatch: ids (B, T), targets
+    (B, T), mask all True (no padding), scored True where a label counts (positions 2..9);
+    T = 12."""
     bits = torch.randint(0, 2, (batch_size, T_NEIGHBOUR), generator=generator)   # (B, T)
     t = torch.arange(2, T_NEIGHBOUR - 2)
     targets = torch.zeros(batch_size, T_NEIGHBOUR, dtype=torch.long)
     targets[:, t] = sum(bits[:, t + o] * 2 ** i for i, o in enumerate(OFFSETS))
-    mask = torch.zeros(batch_size, T_NEIGHBOUR, dtype=torch.bool)
-    mask[:, t] = True
-    return bits + 4, targets, mask
+    scored = torch.zeros(batch_size, T_NEIGHBOUR, dtype=torch.bool)
+    scored[:, t] = True
+    return SeqBatch(ids=bits + 4, targets=targets, mask=torch.ones_like(scored), scored=scored)
 
 
 class NeighbourReader(torch.nn.Module):
     """Chapter 5's model: a one-layer SelfAttentionStack with h heads, d_ff = 2 d_model, that
     labels every position (16 classes). No sequence has padding, so attention sees every
-    position: the task's mask says only which labels count and is not passed on."""
+    position: the batch's mask is all True and is not passed on."""
 
     def __init__(self, h: int, d_model: int = 32):
         super().__init__()
@@ -106,13 +107,14 @@ class NeighbourReader(torch.nn.Module):
 
 def make_lookback_task(min_len: int, max_len: int, offset: int = 2, n_symbols: int = 8) -> Task:
     """An order task of lengths ``min_len..max_len``: label each position with the symbol
-    ``offset`` positions earlier. Returns a ``make_batch(batch_size, generator)``.
+    ``offset`` positions earlier. Returns a ``make_batch(batch_size, generator) -> SeqBatch``.
 
-    inputs (B, T): symbols are ids 4 .. 3 + n_symbols; each sequence has a length drawn uniformly
+    ids (B, T): symbols are ids 4 .. 3 + n_symbols; each sequence has a length drawn uniformly
     from min_len..max_len and is padded on the right with PAD_ID up to T, the longest in the batch.
-    targets (B, T): at a real position t >= offset, the class ``inputs[b, t - offset] - 3``
+    targets (B, T): at a real position t >= offset, the class ``ids[b, t - offset] - 3``
     (1 .. n_symbols); at t < offset, class 0 ("nothing there"); 0 at padding.
-    mask (B, T): True at real tokens, False at padding.
+    mask (B, T) and scored (B, T): True at real tokens, False at padding (every real position's
+    label counts).
     A model therefore needs n_symbols + 1 output classes and a vocabulary of 4 + n_symbols ids.
 
     Only the order of the tokens determines the labels: a model that sees the sequence as a bag of
@@ -133,7 +135,7 @@ def make_lookback_task(min_len: int, max_len: int, offset: int = 2, n_symbols: i
         if T > offset:
             y[:, offset:] = x[:, :-offset] - 3                                # symbol -> class
         y = y.masked_fill(~mask, 0)
-        return x, y, mask
+        return SeqBatch(ids=x, targets=y, mask=mask, scored=mask)
 
     return make_batch
 
@@ -147,16 +149,16 @@ def make_caesar_copy_task(k: int = 4, n_symbols: int = 8, shift: int = 1) -> Tas
     Each sequence is ``[BOS, a_1 .. a_k, SEP, b_1 .. b_k, EOS]``: a_1 .. a_k are drawn uniformly
     from ``n_symbols`` symbols (ids 4 .. 3 + n_symbols), SEP is id 4 + n_symbols, and b_j is a_j
     moved ``shift`` places along the alphabet of symbols, wrapping round (a Caesar cipher;
-    ``shift=0`` is a plain copy). A language model reads ``inputs = sequence[:-1]`` and predicts
+    ``shift=0`` is a plain copy). A language model reads ``ids = sequence[:-1]`` and predicts
     ``targets = sequence[1:]``, the next token at every position. Returns a
-    ``make_batch(batch_size, generator)`` with
+    ``make_batch(batch_size, generator) -> SeqBatch`` with
 
-    inputs (B, T) and targets (B, T), T = 2k + 2: targets[:, t] == inputs[:, t + 1];
-    mask (B, T) bool, all True (every position is a real token and every label counts).
+    ids (B, T) and targets (B, T), T = 2k + 2: targets[:, t] == ids[:, t + 1];
+    mask and scored (B, T), all True (every position is a real token and every label counts).
 
     The vocabulary has n_symbols + 5 ids. The first k targets are random, so no model that reads
     only the past can beat a loss of k ln(n_symbols) / (2k + 2) per position; everything after
-    them is determined by the past. To generate, give a model the prompt ``inputs[:, :k + 2]``
+    them is determined by the past. To generate, give a model the prompt ``ids[:, :k + 2]``
     (BOS, a_1 .. a_k, SEP) and compare its next k + 1 tokens with ``targets[:, k + 1:]``.
     """
     if k < 1 or n_symbols < 2:
@@ -169,6 +171,6 @@ def make_caesar_copy_task(k: int = 4, n_symbols: int = 8, shift: int = 1) -> Tas
         col = lambda i: torch.full((batch_size, 1), i, dtype=torch.long)        # noqa: E731
         seq = torch.cat([col(BOS_ID), a + 4, col(sep), b + 4, col(EOS_ID)], 1)  # (B, 2k + 3)
         mask = torch.ones(batch_size, 2 * k + 2, dtype=torch.bool)             # (B, T)
-        return seq[:, :-1], seq[:, 1:], mask
+        return SeqBatch(ids=seq[:, :-1], targets=seq[:, 1:], mask=mask, scored=mask)
 
     return make_batch

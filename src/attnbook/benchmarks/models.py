@@ -22,7 +22,7 @@ from .. import BOS_ID, PAD_ID
 from ..bench import time_call
 from .attention import _error, _seconds, _stats, interleaved
 from ..decoding import beam_search, greedy_decode
-from ..batching import translation_loss
+from ..batching import Batch, translation_loss
 from ..rnn import Seq2Seq
 from ..torch_twins import TorchTransformer
 from ..transformer import Transformer, TransformerConfig
@@ -118,16 +118,15 @@ def matmul_rate(device: torch.device, n: int, dtype=torch.float32) -> dict:
 # Batches, and the book's Transformer beside nn.Transformer (attnbook.torch_twins) with its weights
 # ---------------------------------------------------------------------------------------------
 
-def random_batch(B: int, S: int, T: int, V: int, device="cpu", seed: int = 0) -> dict:
-    """A batch of random sentences without padding: src (B, S), tgt_in = BOS + tgt_out[:, :-1]
-    (B, T), tgt_out (B, T), and all-True masks (book convention)."""
+def random_batch(B: int, S: int, T: int, V: int, device="cpu", seed: int = 0) -> Batch:
+    """A translation Batch of random sentences without padding: src (B, S), tgt_in = BOS +
+    tgt_out[:, :-1] (B, T), tgt_out (B, T), and all-True masks (book convention)."""
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, V, (B, S), generator=g)
     tgt_out = torch.randint(4, V, (B, T), generator=g)
     tgt_in = torch.cat([torch.full((B, 1), BOS_ID), tgt_out[:, :-1]], dim=1)
-    b = {"src": src, "src_mask": torch.ones(B, S, dtype=torch.bool), "tgt_in": tgt_in,
-         "tgt_mask": torch.ones(B, T, dtype=torch.bool), "tgt_out": tgt_out}
-    return {k: v.to(device) for k, v in b.items()}
+    return Batch(src, torch.ones(B, S, dtype=torch.bool), tgt_in, tgt_out,
+                 torch.ones(B, T, dtype=torch.bool), torch.arange(B)).to(device)
 
 
 def twin_models(cfg: TransformerConfig, device="cpu", seed: int = 0):
@@ -157,8 +156,8 @@ TRAIN_CONFIGS = {
 def _train_step(model, opt, b: dict, bf16: bool, device: torch.device):
     def step():
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])  # (B, T, V)
-        loss = translation_loss(logits, b["tgt_out"], label_smoothing=0.1)
+            logits = model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)  # (B, T, V)
+        loss = translation_loss(logits, b.tgt_out, label_smoothing=0.1)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -169,8 +168,8 @@ def _same_loss(book, ref, b: dict) -> dict:
     """Loss of both models on ``b`` without dropout: equal weights must give equal losses."""
     book.eval(), ref.eval()
     with torch.no_grad():
-        l1, l2 = (translation_loss(m(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"]),
-                                   b["tgt_out"], 0.1) for m in (book, ref))
+        l1, l2 = (translation_loss(m(b.src, b.src_mask, b.tgt_in, b.tgt_mask),
+                                   b.tgt_out, 0.1) for m in (book, ref))
     book.train(), ref.train()
     return {"book": l1.item(), "torch": l2.item(), "abs_diff": abs(l1.item() - l2.item())}
 
@@ -324,7 +323,7 @@ def bench_decoding(device: torch.device, quick: bool = False) -> dict:
     torch.manual_seed(0)
     model = Transformer(cfg).to(device).eval()
     b = random_batch(B, S, 1, cfg.vocab_size, device)
-    src, src_mask = b["src"], b["src_mask"]
+    src, src_mask = b.src, b.src_mask
     beam = 4
     calls = {}
     for cached in (True, False):
@@ -387,8 +386,8 @@ def bench_recurrence(device: torch.device, quick: bool = False) -> dict:
 
     def make_step(name, model, b):
         def step():
-            logits = model(b["src"], b["src_mask"], b["tgt_in"], b["tgt_mask"])  # any model
-            translation_loss(logits, b["tgt_out"], label_smoothing=0.1).backward()
+            logits = model(b.src, b.src_mask, b.tgt_in, b.tgt_mask)  # any model
+            translation_loss(logits, b.tgt_out, label_smoothing=0.1).backward()
             opts[name].step()
             opts[name].zero_grad(set_to_none=True)
         return step

@@ -28,7 +28,6 @@ import time
 
 import torch
 
-from .. import PAD_ID
 from ..batching import translation_loss
 from ..beyond import (MIXERS, REVERSAL, GatedRecurrence, LinearAttention, mixer_model,
                      reversal_config, run_reversal, train_model)
@@ -62,20 +61,14 @@ def caption_data():
             lm_batches(val, max_tokens=4096, shuffle=False))
 
 
-def next_token_targets(ids: torch.Tensor) -> torch.Tensor:
-    """ids (B, L) -> targets (B, L): the next token at each position, PAD after the last."""
-    return torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], PAD_ID)], 1)
-
-
 @torch.no_grad()
 def validation_loss(model, val_batches) -> float:
     """Mean next-token cross-entropy over the real tokens of the validation batches."""
     model.eval()
     total, n = 0.0, 0
-    for ids, mask in val_batches:
-        targets = next_token_targets(ids)
-        k = int((targets != PAD_ID).sum())
-        total += translation_loss(model(ids, mask), targets).item() * k
+    for b in val_batches:
+        k = b.n_scored
+        total += translation_loss(model(b.ids, b.mask), b.targets).item() * k
         n += k
     return total / n
 
@@ -86,12 +79,9 @@ def run_lm(kind: str, seed: int, train_batches, val_batches) -> dict:
     cfg = TransformerConfig(vocab_size=LM["vocab"], **LM["model"])
     model = mixer_model(cfg, kind)
 
-    def next_batch(step):
-        ids, mask = train_batches[step % len(train_batches)]
-        return ids, next_token_targets(ids), mask
-
     start = time.perf_counter()
-    train_model(model, next_batch, LM["steps"], lr=LM["lr"], warmup=LM["warmup"])
+    train_model(model, lambda step: train_batches[step % len(train_batches)], LM["steps"],
+                lr=LM["lr"], warmup=LM["warmup"])
     seconds = time.perf_counter() - start
     return {"mixer": kind, "seed": seed, "params": count_parameters(model),
             "train_seconds": round(seconds, 2),

@@ -186,7 +186,8 @@ def caesar_runs(s: dict, shift: int, masks: tuple) -> dict:
     BOS a_1..a_k SEP, the share of answer letters and of whole answers right."""
     k, n = s["k"], s["n_symbols"]
     task = make_caesar_copy_task(k, n, shift=shift)
-    x, y, _ = task(s["n_test"], torch.Generator().manual_seed(s["test_seed"]))
+    test = task(s["n_test"], torch.Generator().manual_seed(s["test_seed"]))
+    x, y = test.ids, test.targets                                          # (N, 2k + 2)
     runs = []
     for seed in s["seeds"]:
         for mask in masks:
@@ -311,11 +312,10 @@ def encoder_run(s: dict, task, positional: str, seed: int) -> dict:
                            seed=seed)
     by_length = [lookback_accuracy(model, s, L) for L in s["lengths"] if L <= L_test]
     with torch.no_grad():
-        x, y, m = make_lookback_task(L_test, L_test, offset=s["offset"],
-                                     n_symbols=s["n_symbols"])(
+        b = make_lookback_task(L_test, L_test, offset=s["offset"], n_symbols=s["n_symbols"])(
             c["position_n"], torch.Generator().manual_seed(c["position_seed"]))  # (n, L_test)
         model.eval()
-        by_position = (model(x, m).argmax(-1) == y).float().mean(0).tolist()
+        by_position = (model(b.ids, b.mask).argmax(-1) == b.targets).float().mean(0).tolist()
     run = dict(positional=positional, seed=seed, final_loss=float(np.mean(losses[-20:])),
                by_length=by_length, by_position=by_position)
     if table is not None:

@@ -29,7 +29,8 @@ def batch(seed=0, B=3, S=6, T=5):
 def test_shapes_and_a_clear_error_for_a_wrong_target():
     m = model()
     src, mask, tgt = batch()
-    logits, attention = m(src, mask, tgt, return_attention=True)
+    logits, attention = m.forward_with_attention(src, mask, tgt)
+    torch.testing.assert_close(m(src, mask, tgt), logits)          # the one pass, two returns
     assert logits.shape == (3, 5, V) and len(attention) == 2
     assert attention[0].shape == (3, 5, 6)
     torch.testing.assert_close(attention[1].sum(-1), torch.ones(3, 5))

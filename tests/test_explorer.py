@@ -150,8 +150,8 @@ def test_weights_are_those_of_the_model(run):
     s = torch.tensor([src])
     mask = torch.ones_like(s, dtype=torch.bool)
     with torch.no_grad():
-        _, cross = model.decode(torch.tensor([[BOS_ID, *hyp]]), model.encode(s, mask), mask,
-                                return_attention=True)
+        _, cross = model.decode_with_attention(torch.tensor([[BOS_ID, *hyp]]),
+                                               model.encode(s, mask), mask)
     for layer, w in zip(got["cross"], cross):
         assert torch.allclose(torch.tensor(layer, dtype=torch.float), w[0], atol=5e-4)
     assert len(got["enc"][0][0]) == len(src) and len(got["dec"][0][0]) == len(hyp) + 1
@@ -172,7 +172,7 @@ def test_gru_weights_are_those_of_the_model_and_of_its_search(new_run):
     s = torch.tensor([src])
     mask = torch.ones_like(s, dtype=torch.bool)
     with torch.no_grad():
-        _, alpha = model(s, mask, torch.tensor([[BOS_ID, *hyp]]), return_attention=True)
+        _, alpha = model.forward_with_attention(s, mask, torch.tensor([[BOS_ID, *hyp]]))
         H, h_last = model.encode(s, mask)
         state, memory, steps = h_last, model.decoder.prepare(H, h_last, mask), []
         for y in [BOS_ID, *hyp]:                                        # one step per token

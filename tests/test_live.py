@@ -63,7 +63,7 @@ def test_the_graphs_return_the_attention_weights_the_package_records(exported):
     logits = onnx.decode(tgt, memory, mask)
     with torch.no_grad():
         ref_memory = model.encode(src, mask)
-        ref_logits, ref_cross = model.decode(tgt, ref_memory, mask, return_attention=True)
+        ref_logits, ref_cross = model.decode_with_attention(tgt, ref_memory, mask)
     assert torch.allclose(memory, ref_memory, atol=1e-4) and torch.allclose(logits, ref_logits, atol=1e-3)
     L, h = len(model.encoder), model.cfg.h
     assert onnx.last["enc"].shape == (2, L, h, S, S) and onnx.last["self"].shape == (2, L, h, 4, 4)

@@ -7,7 +7,7 @@ from attnbook import BOS_ID, EOS_ID, PAD_ID
 from attnbook.rnn import (AdditiveAttention, Encoder, Seq2Seq, masked_softmax,
                           weighted_sum)
 from attnbook.decoding import greedy_decode
-from attnbook.toy import greedy_tokens, make_batch, vocab_size
+from attnbook.toy import greedy_tokens_with_attention, make_batch, vocab_size
 
 
 def padding_mask(lengths, S):
@@ -172,7 +172,7 @@ def batch():
 def test_seq2seq_shapes(batch, attention):
     torch.manual_seed(0)
     model = Seq2Seq(vocab_size(6), d_model=16, attention=attention)
-    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
+    logits, alphas = model.forward_with_attention(batch.src, batch.src_mask, batch.tgt_in)
     B, S = batch.src.shape
     T = batch.tgt_in.shape[1]
     assert logits.shape == (B, T, vocab_size(6))
@@ -188,7 +188,7 @@ def test_seq2seq_shapes(batch, attention):
 def test_teacher_forcing_equals_step_by_step(batch, attention):
     torch.manual_seed(0)
     model = Seq2Seq(vocab_size(6), d_model=16, attention=attention)
-    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
+    logits, alphas = model.forward_with_attention(batch.src, batch.src_mask, batch.tgt_in)
     H, h_last = model.encoder(batch.src, batch.src_mask)
     memory = model.decoder.prepare(H, h_last, batch.src_mask)
     s = h_last
@@ -229,8 +229,8 @@ def test_greedy_tokens_attention_is_the_attention_of_the_search(batch):
     of that pass are those of the step-by-step search, computed here with decoder.step."""
     torch.manual_seed(1)
     model = Seq2Seq(vocab_size(6), d_model=16, attention=True).eval()
-    tokens, weights = greedy_tokens(model, batch.src, batch.src_mask, max_len=6,
-                                    return_attention=True)      # (B, L), (B, L, S)
+    tokens, weights = greedy_tokens_with_attention(model, batch.src, batch.src_mask,
+                                                   max_len=6)   # (B, L), (B, L, S)
     B, L = tokens.shape
     assert L <= 6 and weights.shape == (B, L, batch.src.shape[1])
     assert (weights.masked_select(~batch.src_mask[:, None, :]) == 0).all()
@@ -254,7 +254,7 @@ def test_greedy_tokens_attention_is_the_attention_of_the_search(batch):
     stepped = torch.stack(alphas, 1)                                 # (B, L, S)
     assert torch.allclose(weights[still_going], stepped[still_going], atol=1e-6)
     plain = Seq2Seq(vocab_size(6), 16).eval()
-    assert greedy_tokens(plain, batch.src, batch.src_mask, 4, return_attention=True)[1] is None
+    assert greedy_tokens_with_attention(plain, batch.src, batch.src_mask, 4)[1] is None
 
 
 def test_seq2seq_tgt_shape_error(batch):
@@ -349,7 +349,7 @@ def test_seq2seq_with_luong_scores(batch, score):
     model = Seq2Seq(vocab_size(6), d_model=16, attention=True, score=score)
     assert isinstance(model.decoder.attention, LuongAttention)
     assert model.decoder.attention.kind == score
-    logits, alphas = model(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
+    logits, alphas = model.forward_with_attention(batch.src, batch.src_mask, batch.tgt_in)
     B, S = batch.src.shape
     T = batch.tgt_in.shape[1]
     assert logits.shape == (B, T, vocab_size(6)) and alphas.shape == (B, T, S)
@@ -384,8 +384,18 @@ def test_seq2seq_score_argument_errors():
         Seq2Seq(10, 8, attention=True, d_attn=4, score="dot")
 
 
-def test_every_model_returns_logits_and_attention_only_on_request(batch):
+def test_forward_returns_logits_and_forward_with_attention_adds_the_weights(batch):
+    """One return shape per method: a model's forward (and decode) returns the logits, whatever
+    the model; the *_with_attention methods return (logits, weights)."""
+    import inspect
+
+    from attnbook.conv import ConvS2S
+    from attnbook.lm import DecoderOnlyTranslator
     from attnbook.transformer import Transformer, TransformerConfig
+    for cls in (Seq2Seq, Transformer, ConvS2S, DecoderOnlyTranslator):
+        for method in (cls.forward, cls.decode):
+            assert not {"return_attention", "need_weights"} & set(inspect.signature(method).parameters)
+    assert all(hasattr(cls, "forward_with_attention") for cls in (Seq2Seq, Transformer, ConvS2S))
     torch.manual_seed(0)
     V = vocab_size(6)
     gru = Seq2Seq(V, 16, attention=True)
@@ -394,11 +404,11 @@ def test_every_model_returns_logits_and_attention_only_on_request(batch):
     for model in (gru, Seq2Seq(V, 16), tr):
         logits = model(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask)
         assert isinstance(logits, torch.Tensor) and logits.shape == (*batch.tgt_in.shape, V)
-    logits, alphas = gru(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)
+    logits, alphas = gru.forward_with_attention(batch.src, batch.src_mask, batch.tgt_in)
     assert alphas.shape == (*batch.tgt_in.shape, batch.src.shape[1])
-    assert Seq2Seq(V, 16)(batch.src, batch.src_mask, batch.tgt_in, return_attention=True)[1] is None
-    logits2, cross = tr.eval()(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask,
-                               return_attention=True)
+    assert Seq2Seq(V, 16).forward_with_attention(batch.src, batch.src_mask, batch.tgt_in)[1] is None
+    logits2, cross = tr.eval().forward_with_attention(batch.src, batch.src_mask, batch.tgt_in,
+                                                      batch.tgt_mask)
     assert len(cross) == 2 and cross[0].shape == (batch.src.shape[0], 2, batch.tgt_in.shape[1],
                                                   batch.src.shape[1])
     torch.testing.assert_close(logits2, tr(batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask))

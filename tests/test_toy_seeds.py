@@ -22,7 +22,7 @@ from attnbook.reproduce import NotReproduced
 from attnbook.plotting import plot_accuracy_spread
 from attnbook.rnn import Seq2Seq
 from attnbook.toy import (PART1, accuracy_by_length, check_stored_run, copy_alignment,
-                          greedy_tokens, make_batch, reversal_alignment, run_difference,
+                          greedy_tokens_with_attention, make_batch, reversal_alignment, run_difference,
                           train_toy, vocab_size)
 from attnbook.utils import deterministic, made_on_this_machine, versions
 
@@ -91,8 +91,7 @@ def test_seed_0_is_the_chapters_code_path(tiny):
     test = make_batch(toy_seeds.TINY["n_alignment"], L, L, TASK["n_symbols"],
                       generator=torch.Generator().manual_seed(PART1["alignment"]["seed"]))
     offset = torch.arange(L)[None, :] - (L - 1 - torch.arange(L))[:, None]
-    _, weights = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1,
-                               return_attention=True)
+    _, weights = greedy_tokens_with_attention(model, test.src, test.src_mask, max_len=L + 1)
     w = weights[:, :L]
     offset = offset[: w.shape[1]]   # untrained outputs stop early; a no-op in the chapters
     inline = {"largest": w.max(-1).values.mean().item(),
@@ -258,7 +257,7 @@ def test_copy_alignment_reads_the_main_diagonal_and_its_two_neighbours():
     L = 6
     test = make_batch(8, L, L, TASK["n_symbols"], task="copy",
                       generator=torch.Generator().manual_seed(5))
-    _, w = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1, return_attention=True)
+    _, w = greedy_tokens_with_attention(model, test.src, test.src_mask, max_len=L + 1)
     w = w[:, :L]
     rows = torch.arange(w.shape[1])
     assert a["diagonal"] == pytest.approx(w[:, rows, rows].mean().item())

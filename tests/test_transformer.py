@@ -119,7 +119,7 @@ def test_decode_returns_cross_attention_weights():
     model = Transformer(TransformerConfig(**CFG)).eval()
     src, src_mask, tgt, tgt_mask = batch()
     memory = model.encode(src, src_mask)
-    logits, cross = model.decode(tgt, memory, src_mask, tgt_mask, return_attention=True)
+    logits, cross = model.decode_with_attention(tgt, memory, src_mask, tgt_mask)
     torch.testing.assert_close(logits, model.decode(tgt, memory, src_mask, tgt_mask))
     assert len(cross) == CFG["n_layers"] and cross[0].shape == (3, 4, 5, 7)     # (B, h, T, S)
     for w in cross:

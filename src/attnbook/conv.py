@@ -99,7 +99,7 @@ def layers_like(parameters: int, d_model: int, kernel: int = 3) -> int:
 
 class ConvS2S(nn.Module):
     """The convolutional encoder-decoder: forward(src (B, S), src_mask (B, S), tgt_in (B, T))
-    -> logits (B, T, V), like every translator of the book; ``return_attention=True`` also
+    -> logits (B, T, V), like every translator of the book; forward_with_attention also
     returns every decoder layer's weights, a list of N tensors (B, T, S).
 
     vocab_size, d_model; n_layers convolutions in the encoder and n_layers in the decoder;
@@ -130,12 +130,18 @@ class ConvS2S(nn.Module):
         return x, x + e
 
     def decode(self, tgt_in: torch.Tensor, memory, src_mask: torch.Tensor,
-               return_attention: bool = False, cache: dict | None = None):
+               cache: dict | None = None) -> torch.Tensor:
         """tgt_in (B, T), memory from :meth:`encode` -> logits (B, T, V).
 
         cache: a dict, empty on the first call, for incremental decoding: then tgt_in holds only
         the new tokens, and each layer's convolution takes the earlier inputs of its window
         from the cache."""
+        return self.decode_with_attention(tgt_in, memory, src_mask, cache)[0]
+
+    def decode_with_attention(self, tgt_in: torch.Tensor, memory, src_mask: torch.Tensor,
+                              cache: dict | None = None):
+        """As :meth:`decode`, and also every decoder layer's weights: (logits (B, T, V), a list
+        of N tensors (B, T, S)). Every layer computes its weights in any case."""
         z, values = memory
         if cache is not None:
             if not cache:
@@ -150,13 +156,18 @@ class ConvS2S(nn.Module):
             x, w = layer(x, g, z, values, src_mask, layer_cache)
             attention.append(w)
         logits = self.out(x)                                                  # (B, T, V)
-        return (logits, attention) if return_attention else logits
+        return logits, attention
 
-    def forward(self, src, src_mask, tgt_in, tgt_mask=None, return_attention: bool = False):
+    def forward(self, src, src_mask, tgt_in, tgt_mask=None) -> torch.Tensor:
         """Teacher-forced logits (B, T, V). ``tgt_mask`` is accepted for the book's common
         interface and not needed: the causal convolutions only look back, and the loss
         ignores the outputs at padded target positions."""
+        return self.forward_with_attention(src, src_mask, tgt_in, tgt_mask)[0]
+
+    def forward_with_attention(self, src, src_mask, tgt_in, tgt_mask=None):
+        """As :meth:`forward`, and also every decoder layer's weights, as
+        :meth:`decode_with_attention` returns them."""
         if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
             raise ValueError(f"tgt_in: expected shape ({src.shape[0]}, T), "
                              f"got {tuple(tgt_in.shape)}")
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, return_attention)
+        return self.decode_with_attention(tgt_in, self.encode(src, src_mask), src_mask)

@@ -363,8 +363,8 @@ class Seq2Seq(nn.Module):
     """GRU encoder-decoder, with (``attention=True``) or without attention.
 
     forward(src (B, S), src_mask (B, S), tgt_in (B, T)) returns logits (B, T, V) for tgt_out,
-      like every model of the book; with ``return_attention=True`` also the attention weights
-      (B, T, S) (None without attention).
+      like every model of the book; forward_with_attention returns (logits, the attention
+      weights (B, T, S)), the weights None without attention.
     Both variants share the bidirectional encoder, the initial decoder state s_0 = c (the
     encoder's summary ``h_last``) and the form of the output layer; they differ only in what the
     decoder reads from the source: the one fixed c, or a fresh c_t at each step.
@@ -389,16 +389,21 @@ class Seq2Seq(nn.Module):
         else:
             self.decoder = Decoder(vocab_size, d_model)
 
-    def forward(self, src, src_mask, tgt_in, tgt_mask=None, return_attention: bool = False):
+    def forward(self, src, src_mask, tgt_in, tgt_mask=None) -> torch.Tensor:
         """Teacher-forced logits (B, T, V). ``tgt_mask`` is accepted for the book's common
         interface and not needed: the recurrence only ever looks back, and the loss ignores the
         outputs at padded target positions."""
+        return self.forward_with_attention(src, src_mask, tgt_in, tgt_mask)[0]
+
+    def forward_with_attention(self, src, src_mask, tgt_in, tgt_mask=None):
+        """As :meth:`forward`, and also the weights the decoder gave the source at each step:
+        (logits (B, T, V), alphas (B, T, S)); alphas is None without attention. The decoder
+        computes them in any case, so this pass costs what forward costs."""
         if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
             raise ValueError(f"tgt_in: expected shape ({src.shape[0]}, T), "
                              f"got {tuple(tgt_in.shape)}")
         H, h_last = self.encoder(src, src_mask)                   # (B, S, d), (B, d)
-        logits, alphas = self.decoder(tgt_in, H, h_last, src_mask)  # (B, T, V), (B, T, S)
-        return (logits, alphas) if return_attention else logits
+        return self.decoder(tgt_in, H, h_last, src_mask)          # (B, T, V), (B, T, S)
 
     # The interface of attnbook.decoding (greedy and beam search), shared with the Transformer,
     # so that one harness decodes and scores every model of the book (chapter 9).

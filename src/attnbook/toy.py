@@ -149,26 +149,30 @@ def train_toy(model: torch.nn.Module, steps: int, n_symbols: int, min_len: int, 
 
 
 @torch.no_grad()
-def greedy_tokens(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: int,
-                  return_attention: bool = False):
-    """Greedy output as a padded tensor, and optionally the attention that produced it.
+def greedy_tokens(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Greedy output as a padded tensor.
 
     src, src_mask: (B, S), mask True at real tokens. Decodes with
     :func:`attnbook.decoding.greedy_decode` (at most ``max_len`` tokens, EOS included) and returns
-    tokens (B, L), L <= max_len: each output followed by EOS if it ended there, then PAD. With
-    ``return_attention``, also the weights (B, L, S) the search used, read by one teacher-forced
-    pass over the model's own output (row t: the weights while predicting token t; rows after a
-    sentence's EOS are not meaningful). The GRU is deterministic, so these are exactly the
-    search's weights (tests/test_rnn.py checks it).
+    tokens (B, L), L <= max_len: each output followed by EOS if it ended there, then PAD.
     """
     ids = greedy_decode(model, src, src_mask, max_len=max_len)
     ids = [row + [EOS_ID] if len(row) < max_len else row for row in ids]
-    tokens = pad(ids)[0].to(src.device)                                  # (B, L)
-    if not return_attention:
-        return tokens
+    return pad(ids)[0].to(src.device)                                    # (B, L)
+
+
+@torch.no_grad()
+def greedy_tokens_with_attention(model, src: torch.Tensor, src_mask: torch.Tensor, max_len: int):
+    """:func:`greedy_tokens`, and the attention that produced them: (tokens (B, L), the weights
+    (B, L, S) the search used, None for a model without attention). The weights come from one
+    teacher-forced pass over the model's own output, ``model.forward_with_attention`` (row t: the
+    weights while predicting token t; rows after a sentence's EOS are not meaningful). The GRU
+    is deterministic, so these are exactly the search's weights (tests/test_rnn.py checks it).
+    """
+    tokens = greedy_tokens(model, src, src_mask, max_len)                # (B, L)
     bos = torch.full_like(tokens[:, :1], BOS_ID)
     tgt_in = torch.cat([bos, tokens[:, :-1]], 1)                         # (B, L)
-    _, weights = model(src, src_mask, tgt_in, return_attention=True)     # (B, L, V), (B, L, S)
+    _, weights = model.forward_with_attention(src, src_mask, tgt_in)     # (B, L, V), (B, L, S)
     return tokens, weights
 
 
@@ -223,8 +227,8 @@ def reversal_alignment(model: torch.nn.Module, n_symbols: int, length: int = 20,
     """
     L = length
     test = make_batch(n, L, L, n_symbols, generator=torch.Generator().manual_seed(seed))
-    _, weights = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1,
-                               return_attention=True)                    # (n, T, S)
+    _, weights = greedy_tokens_with_attention(model, test.src, test.src_mask,
+                                              max_len=L + 1)             # (n, T, S)
     w = weights[:, :L]                      # (n, L, L); fewer rows if every output stopped early
     offset = torch.arange(L)[None, :] - (L - 1 - torch.arange(L))[:, None]  # (T, S) i - (S-1-t)
     offset = offset[: w.shape[1]]
@@ -252,8 +256,8 @@ def copy_alignment(model: torch.nn.Module, n_symbols: int, length: int = 20, n: 
     L = length
     test = make_batch(n, L, L, n_symbols, task="copy",
                       generator=torch.Generator().manual_seed(seed))
-    _, weights = greedy_tokens(model, test.src, test.src_mask, max_len=L + 1,
-                               return_attention=True)                    # (n, T, S)
+    _, weights = greedy_tokens_with_attention(model, test.src, test.src_mask,
+                                              max_len=L + 1)             # (n, T, S)
     w = weights[:, :L]                      # (n, L, L); fewer rows if every output stopped early
     offset = torch.arange(L)[None, :] - torch.arange(L)[:, None]          # (T, S) i - t
     offset = offset[: w.shape[1]]

@@ -172,17 +172,27 @@ class Transformer(nn.Module):
         return self.enc_norm(x)
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               tgt_mask: torch.Tensor | None = None, return_attention: bool = False,
-               cache: dict | None = None):
+               tgt_mask: torch.Tensor | None = None, cache: dict | None = None) -> torch.Tensor:
         """tgt_in (B, T) ids, memory (B, S, d_model) -> logits (B, T, V).
-
-        return_attention=True also returns the cross-attention weights of every decoder layer,
-        a list of N tensors (B, h, T, S): which source positions each target position read.
 
         cache: a dict, empty on the first call, for incremental decoding: then tgt_in holds only
         the tokens that follow those already decoded (usually one), and each layer's keys and
         values of the earlier positions come from the cache instead of being recomputed.
         """
+        return self._decode(tgt_in, memory, src_mask, tgt_mask, cache, need_weights=False)[0]
+
+    def decode_with_attention(self, tgt_in: torch.Tensor, memory: torch.Tensor,
+                              src_mask: torch.Tensor, tgt_mask: torch.Tensor | None = None,
+                              cache: dict | None = None):
+        """As :meth:`decode`, and also the cross-attention weights of every decoder layer:
+        (logits (B, T, V), a list of N tensors (B, h, T, S)), which source positions each
+        target position read."""
+        return self._decode(tgt_in, memory, src_mask, tgt_mask, cache, need_weights=True)
+
+    def _decode(self, tgt_in, memory, src_mask, tgt_mask, cache, need_weights: bool):
+        """The decoder's pass: (logits (B, T, V), the cross-attention weights, [] without
+        need_weights). The weights cost the attention's explicit form instead of
+        scaled_dot_product_attention's fused kernel, so only decode_with_attention asks."""
         if cache is not None:
             if not cache:
                 cache.update(length=0, layers=[{"self": {}, "cross": {}} for _ in self.decoder])
@@ -193,27 +203,36 @@ class Transformer(nn.Module):
         x = self.embed_tokens(tgt_in, offset)
         cross = []
         for block, layer_cache in zip(self.decoder, layers):
-            if return_attention:
+            if need_weights:
                 x, w = block(x, memory, tgt_mask, src_mask, need_weights=True, cache=layer_cache)
                 cross.append(w)
             else:
                 x = block(x, memory, tgt_mask, src_mask, cache=layer_cache)
         logits = self.out(self.dec_norm(x))  # (B, T, V): a score for every vocabulary entry
-        return (logits, cross) if return_attention else logits
+        return logits, cross
 
-    def forward(self, src, src_mask, tgt_in, tgt_mask=None, return_attention: bool = False):
-        """src (B, S), src_mask (B, S), tgt_in (B, T), tgt_mask (B, T) -> logits (B, T, V);
-        with ``return_attention=True`` also every decoder layer's cross-attention weights
-        (a list of N tensors (B, h, T, S)), as :meth:`decode` returns them.
+    def forward(self, src, src_mask, tgt_in, tgt_mask=None) -> torch.Tensor:
+        """src (B, S), src_mask (B, S), tgt_in (B, T), tgt_mask (B, T) -> logits (B, T, V).
 
         softmax(logits[b, t]) is the model's probability distribution over the next token
         after tgt_in[b, :t+1]. tgt_mask only matters at padded target positions (whose outputs
         are ignored by the loss); real positions never see padding because of the causal mask.
         """
-        if src.shape != src_mask.shape:
-            raise ValueError(f"src {tuple(src.shape)} and src_mask {tuple(src_mask.shape)} differ")
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask,
-                           return_attention=return_attention)
+        check_source(src, src_mask)
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+
+    def forward_with_attention(self, src, src_mask, tgt_in, tgt_mask=None):
+        """As :meth:`forward`, and also every decoder layer's cross-attention weights:
+        (logits (B, T, V), a list of N tensors (B, h, T, S)), as :meth:`decode_with_attention`
+        returns them."""
+        check_source(src, src_mask)
+        return self.decode_with_attention(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+
+
+def check_source(src: torch.Tensor, src_mask: torch.Tensor) -> None:
+    """A clear error when a source and its mask do not have the same shape (B, S)."""
+    if src.shape != src_mask.shape:
+        raise ValueError(f"src {tuple(src.shape)} and src_mask {tuple(src_mask.shape)} differ")
 
 
 class SelfAttentionStack(nn.Module):

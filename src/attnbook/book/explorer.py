@@ -17,7 +17,7 @@ none skipped). Each is translated by beam search (beam 4, the run's length penal
 and settings of :func:`attnbook.decoding.translate`, keeping the ids it chose. Then the model
 reads the source and its own translation once more, teacher-forced, recording its weights
 (``record``): in the Transformer every :class:`~attnbook.mha.MultiHeadAttention`; in the GRU
-its decoder's attention, which ``Seq2Seq(..., return_attention=True)`` returns. That pass
+its decoder's attention, which ``Seq2Seq.forward_with_attention`` returns. That pass
 computes what the search computed when it chose each token: the same tokens, the same keys and
 values (the same states, for the GRU). One sentence at a time, so there is no padding.
 
@@ -107,8 +107,8 @@ def record(model, src: list[int], hyp: list[int]) -> dict:
     s = torch.tensor([src], device=device)                               # (1, S)
     t = torch.tensor([[BOS_ID, *hyp]], device=device)                    # (1, n + 1)
     if isinstance(model, Seq2Seq):
-        _, w = model(s, torch.ones_like(s, dtype=torch.bool), t,
-                     return_attention=True)                              # w: (1, n + 1, S)
+        _, w = model.forward_with_attention(s, torch.ones_like(s, dtype=torch.bool),
+                                            t)                           # w: (1, n + 1, S)
         return {"cross": [[_rows(w[0].float().cpu())]]}                  # one layer, one head
     with recording(attention_modules(model)) as mods:
         model(s, torch.ones_like(s, dtype=torch.bool), t, torch.ones_like(t, dtype=torch.bool))

@@ -34,8 +34,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import causal_mask, check_qkv
 from . import PAD_ID
+from .attention import causal_mask, check_qkv
 from .batching import SeqBatch, pad, translation_loss
 from .lm import prompt_target_example
 from .loop import fit

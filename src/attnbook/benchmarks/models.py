@@ -16,9 +16,8 @@ import math
 import statistics
 
 import torch
-import torch.nn as nn
 
-from .. import BOS_ID, PAD_ID
+from .. import BOS_ID
 from ..bench import time_call
 from .attention import _error, _seconds, _stats, interleaved
 from ..decoding import beam_search, greedy_decode

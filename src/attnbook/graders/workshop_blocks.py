@@ -38,7 +38,7 @@ def _attend(attn, x, context, mask, *, scale=True, heads_view=False):
 
 def _decoder_block(block, x, memory, tgt_mask, src_mask, mistake=None):
     """DecoderBlock (post-LN, eval) written out, or with one typical mistake."""
-    T, S = x.shape[1], memory.shape[1]
+    T = x.shape[1]
     self_mask = causal_mask(T, device=x.device) if mistake != "no-causal" else None
     if tgt_mask is not None:
         pad = tgt_mask[:, None, None, :]

@@ -12,7 +12,7 @@ from .. import store
 from ..cli import Parser, fail
 from ..data import load_multi30k
 from ..experiments.ablations import _score_ablation_run, merged, variant_jobs, variant_table
-from ..experiments.registry import SEEDS, refuse_other_settings, save
+from ..experiments.registry import SEEDS, refuse_other_settings, write_result
 from ..experiments.sweeps import TINY_VAL_SENTENCES, score_all, train_all
 from ..experiments.table3 import MEASURED, VARIANTS
 from ..record import command_line, record
@@ -74,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             "decoding": "beam 4, alpha 0.6",
             "perplexity": "exp(validation cross-entropy per target token, no label smoothing)",
             "variants": variant_table(args.variants, jobs, runs)}
-    try:
-        save("ablations", target, data, call, derive=merged)
-    except store.ResultError as e:
-        return fail(e)
-    print(f"wrote {args.results / 'ablations.json'}")
-    return 0
+    return write_result("ablations", target, data, call, derive=merged)
 
 
 if __name__ == "__main__":

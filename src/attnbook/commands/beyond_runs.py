@@ -11,7 +11,7 @@ import torch
 from .. import store
 from ..cli import Parser, fail
 from ..experiments.beyond_runs import PARTS, in_order, run_part
-from ..experiments.registry import SEEDS, refuse_other_settings, save
+from ..experiments.registry import SEEDS, refuse_other_settings, write_result
 from ..record import command_line, record
 
 
@@ -37,12 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line("beyond_runs", sys.argv[1:] if argv is None else argv)
     with record(command, threads=args.threads, note=args.note) as call:
         result = {"seeds": list(args.seeds), **{part: run_part(part, args) for part in parts}}
-    try:
-        save("beyond", args.out, result, call, derive=in_order)
-    except store.ResultError as e:
-        return fail(e)
-    print(f"wrote {args.out} ({', '.join(parts)}) in {call.wall_s:.0f} s")
-    return 0
+    return write_result("beyond", args.out, result, call, derive=in_order,
+                        said=f" ({', '.join(parts)}) in {call.wall_s:.0f} s")
 
 
 if __name__ == "__main__":

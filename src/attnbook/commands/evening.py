@@ -6,10 +6,9 @@ from __future__ import annotations
 import sys
 import time
 
-from .. import store
-from ..cli import Parser, fail
+from ..cli import Parser
 from ..experiments.evening import evening_jobs, merged, score
-from ..experiments.registry import SEEDS, save
+from ..experiments.registry import SEEDS, write_result
 from ..experiments.sweeps import add_run_options, results_file, train_all
 from ..record import command_line, record
 from ..training.recipe import ALL_MODELS
@@ -43,11 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         result = score(args, jobs)
         call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
     call.hardware["cpu_threads"] = args.threads
-    try:
-        print(f"wrote {save('evening', target, result, call, derive=merged)}")
-    except store.ResultError as e:
-        return fail(e)
-    return 0
+    return write_result("evening", target, result, call, derive=merged)
 
 
 if __name__ == "__main__":

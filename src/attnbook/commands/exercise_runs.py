@@ -13,7 +13,7 @@ from .. import store
 from ..cli import Parser, fail
 from ..data import DataError
 from ..experiments.exercise_runs import EXPERIMENTS, in_order, run
-from ..experiments.registry import save
+from ..experiments.registry import write_result
 from ..record import command_line, record
 from ..tokenizer import TokenizerError
 from ..training.options import add_common
@@ -59,12 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     data = {"about": "measured answers of the book's experimental exercises "
                      "(python -m attnbook exercise_runs); each entry names the call that made it",
             "exercises": entries}
-    try:
-        save("exercises", out, data, call, derive=in_order)
-    except store.ResultError as e:
-        return fail(e)
-    print(f"wrote {out} ({', '.join(names)}) in {call.wall_s:.0f} s")
-    return 0
+    return write_result("exercises", out, data, call, derive=in_order,
+                        said=f" ({', '.join(names)}) in {call.wall_s:.0f} s")
 
 
 if __name__ == "__main__":

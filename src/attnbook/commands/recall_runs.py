@@ -14,7 +14,7 @@ from .. import store
 from ..cli import Parser, fail
 from ..experiments.recall_runs import (GENERATION, KEY, PARTS, SETTINGS, TASKS, _run, jobs, merged,
                                        run_one)
-from ..experiments.registry import SEEDS, refuse_other_settings, save
+from ..experiments.registry import SEEDS, refuse_other_settings, write_result
 from ..recall import generation_cost
 from ..record import command_line, record
 
@@ -69,12 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                                               device=args.device)]
     data = {"settings": settings, "tasks": TASKS, "generation_settings": generation,
             "runs": sorted(runs, key=lambda r: [str(r[k]) for k in KEY]), "generation": gen}
-    try:
-        save(name, args.out, data, call, derive=lambda out, old: merged(out, old, parts))
-    except store.ResultError as e:
-        return fail(e)
-    print(f"wrote {args.out} ({', '.join(parts)}) in {call.wall_s:.0f} s")
-    return 0
+    return write_result(name, args.out, data, call,
+                        derive=lambda out, old: merged(out, old, parts),
+                        said=f" ({', '.join(parts)}) in {call.wall_s:.0f} s")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from .. import store
-from ..cli import Parser, fail
+from ..cli import Parser
 from ..data import load_multi30k
-from ..experiments.registry import SEEDS, save
+from ..experiments.registry import SEEDS, write_result
 from ..experiments.scoring import score_base_run
 from ..experiments.speedrun import (LADDER, LONGER, MINUTES, REJECTED, RESUMES, against_evening,
                                     bench, merged, resume_from, row_config)
@@ -91,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "of each row against the evening model (evening.json's "
                                 "transformer runs), seed with seed, beam search and greedy",
               "bench": speeds, "bootstrap": bootstrap, "runs": runs}
-    try:
-        print(f"wrote {save('speedrun', target, result, call, derive=merged)}")
-    except store.ResultError as e:
-        return fail(e)
-    return 0
+    return write_result("speedrun", target, result, call, derive=merged)
 
 
 if __name__ == "__main__":

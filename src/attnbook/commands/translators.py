@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import store
 from ..cli import Parser, fail
-from ..experiments.registry import SEEDS, refuse_other_settings, save
+from ..experiments.registry import SEEDS, refuse_other_settings, write_result
 from ..experiments.sweeps import train_all
 from ..experiments.translators import (base_jobs, board_jobs, merged, score_base, score_board,
                                        score_sweep, sweep_jobs)
@@ -90,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                   **score(args, [folder for _, folder in jobs])}
         call.extra["score_wall_time_s"] = round(time.perf_counter() - start, 1)
     call.hardware["cpu_threads"] = args.threads
-    try:
-        print(f"wrote {save(experiment, target, result, call, derive=merged)}")
-    except store.ResultError as e:
-        return fail(e)
-    return 0
+    return write_result(experiment, target, result, call, derive=merged)
 
 
 if __name__ == "__main__":

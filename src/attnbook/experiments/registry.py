@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import store
+from ..cli import fail
 from ..record import Provenance
 from ..store import ResultError, find, read
 
@@ -300,6 +301,19 @@ def save(name: str, target: Path, data: dict, call: Provenance, derive=None) -> 
     if derive is not None:
         new = derive(new, old)
     return store.write(target, new)
+
+
+def write_result(name: str, target: Path, data: dict, call: Provenance, derive=None,
+                 said: str = "") -> int:
+    """An experiment command's last step: :func:`save`, then ``wrote TARGET`` and ``said`` on
+    standard output, exit status 0; or the ResultError as one line (:func:`attnbook.cli.fail`),
+    exit status 2."""
+    try:
+        path = save(name, target, data, call, derive)
+    except store.ResultError as e:
+        return fail(e)
+    print(f"wrote {path}{said}")
+    return 0
 
 
 def refuse_other_settings(name: str, target: Path, settings: dict) -> None:

@@ -2,6 +2,7 @@
 nothing), the loader; and every file under results/ carrying the provenance record
 (attnbook.record)."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,45 @@ def test_every_figure_under_results_carries_the_record_of_its_result():
         res = json.loads(f.with_suffix(".json").read_text())
         assert carried == {k: res[k] for k in ("experiment", "format", "calls")}, f
         assert all(HEX40.fullmatch(c["git_commit"]) for c in carried["calls"]), f
+
+
+def test_find_looks_above_the_working_folder_then_in_the_installed_package(tmp_path, monkeypatch):
+    """A notebook opened on its own runs in a folder with no results/ above it: the committed
+    results come with the package (setup.py copies results/ into the wheel: store.SHIPPED)."""
+    shipped = tmp_path / "site-packages" / "attnbook" / "results"
+    (shipped / "cpu").mkdir(parents=True)
+    (shipped / "cpu" / "r.json").write_text("{}")
+    monkeypatch.setattr(store, "SHIPPED", (shipped,))
+    alone = tmp_path / "colab" / "content"
+    alone.mkdir(parents=True)
+    monkeypatch.chdir(alone)
+    assert store.find("cpu/r.json") == shipped / "cpu" / "r.json"
+    assert store.find("cpu/none.json") is None
+    (tmp_path / "colab" / "results" / "cpu").mkdir(parents=True)       # results the reader made
+    (tmp_path / "colab" / "results" / "cpu" / "r.json").write_text("{}")
+    assert store.find("cpu/r.json") == tmp_path / "colab" / "results" / "cpu" / "r.json"
+    with pytest.raises(store.MissingResult, match="nor in the installed package; reinstall"):
+        store.load("cpu/none.json")
+
+
+def test_a_wheel_of_the_package_carries_every_committed_result(tmp_path):
+    """What the set-up cell installs: setup.py copies results/ into attnbook/results/ of the
+    wheel, beside the stored models, so that store.find finds them outside a clone."""
+    import subprocess
+    import sys
+    import zipfile
+
+    tree = tmp_path / "tree"
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes((ROOT / name).read_bytes())
+    for folder in ("src", "results"):
+        shutil.copytree(ROOT / folder, tree / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path / "wheel"), str(tree)], check=True, capture_output=True)
+    names = set(zipfile.ZipFile(next((tmp_path / "wheel").glob("attnbook-*.whl"))).namelist())
+    committed = {f"attnbook/results/{p.relative_to(ROOT / 'results').as_posix()}"
+                 for p in (ROOT / "results").rglob("*") if p.is_file()}
+    assert committed and committed <= names
+    assert "attnbook/stored/cpu-tiny/weights.pt" in names and "attnbook/store.py" in names

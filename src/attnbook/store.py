@@ -181,12 +181,17 @@ class Result(dict):
         return "\n".join(dict.fromkeys(c.command for c in self.calls))
 
 
+# Where the committed results are when no folder above the working one has them: beside the
+# package in a wheel (setup.py copies results/ into it: a notebook opened on its own, whose
+# set-up cell installed the package), or the repository's results/ (an editable install).
+SHIPPED = (Path(__file__).resolve().parent / "results", ROOT / "results")
+
+
 def find(relative: str) -> Path | None:
-    """``results/<relative>`` in the working folder or a parent (the book's repository)."""
-    for folder in [Path.cwd(), *Path.cwd().parents]:
-        if (folder / "results" / relative).is_file():
-            return folder / "results" / relative
-    return None
+    """``results/<relative>``: in the working folder or a parent (a clone of the book, or results a
+    reader made), else the committed copy that came with the package (:data:`SHIPPED`)."""
+    folders = [folder / "results" for folder in [Path.cwd(), *Path.cwd().parents]] + list(SHIPPED)
+    return next((f / relative for f in folders if (f / relative).is_file()), None)
 
 
 def read(path: Path) -> dict:
@@ -206,9 +211,10 @@ def load(relative: str) -> Result:
     or a parent: how the notebooks load what a longer command measured."""
     path = find(relative)
     if path is None:
-        raise MissingResult(f"results/{relative} not found: the book's pages show results committed "
-                          "in its repository; open the notebook from a clone of the repository, "
-                          "or make it (`python -m attnbook run --list` names the command)")
+        raise MissingResult(f"results/{relative} not found, neither above the working folder nor "
+                            "in the installed package; reinstall the package from the book's "
+                            "repository (the notebook's set-up cell), or make the file "
+                            "(`python -m attnbook run --list` names the command)")
     return Result(read(path), path)
 
 

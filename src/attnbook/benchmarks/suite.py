@@ -119,15 +119,16 @@ def goals(results: dict) -> list[dict]:
     return out
 
 
-def load_results(root: Path | str = DEFAULT_OUT) -> dict:
+def load_results(root: Path | str | None = None) -> dict:
     """results[kind][section] (a :class:`attnbook.store.Result`: the data, with its ``calls``)
-    for every OUT/kind/section.json under ``root``."""
-    root = Path(root)
+    for every kind/section.json under ``root``; by default the committed ``results/bench``,
+    wherever the notebook runs (:func:`attnbook.store.find`)."""
     out = {}
     for kind in ("cpu", "cuda"):
         for section in SECTIONS:
-            path = root / kind / f"{section}.json"
-            if path.is_file():
+            path = (Path(root) / kind / f"{section}.json" if root is not None
+                    else store.find(f"bench/{kind}/{section}.json"))
+            if path is not None and path.is_file():
                 out.setdefault(kind, {})[section] = store.Result(store.read(path), path)
     return out
 

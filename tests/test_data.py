@@ -165,3 +165,20 @@ def test_cli_verify(tmp_path, capsys):
     if REAL:
         assert data_command(["verify", REAL]) == 0
         assert capsys.readouterr().out.count("ok") == 9
+
+
+def test_download_checks_the_folder_multi30k_dir_names_instead_of_downloading(isolated, monkeypatch,
+                                                                               capsys):
+    """The set-up cell's `data download` where $MULTI30K_DIR is set (an offline copy): that folder
+    is what the loader reads, so it is checked; nothing is downloaded into the cache."""
+    folder = isolated / "copy"
+    folder.mkdir()
+    monkeypatch.setenv(data.ENV_DIR, str(folder))
+    assert data_command(["download"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert f"$MULTI30K_DIR points at {folder}" in err and not (isolated / "cache").exists()
+    if REAL:
+        monkeypatch.setenv(data.ENV_DIR, REAL)
+        assert data_command(["download"]) == 0
+        assert capsys.readouterr().out.count("ok  ") == 9 and not (isolated / "cache").exists()

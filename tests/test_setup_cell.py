@@ -1,7 +1,11 @@
 """Every chapter notebook starts with the set-up cell of tools/add_setup_cell.py.
 
-The cell lets a notebook opened alone (Colab, a download) install the book's package and data.
-In the repository it must do nothing and print nothing: nbval compares its (empty) output.
+The cell lets a notebook opened alone (Colab, a download) install the book's package (with the
+committed results and stored models) and data, from `$ATTNBOOK_REPOSITORY` or the one address of
+the repository, which the README's and the intro's clone commands share. A step that fails stops
+it with one line that says how to fix it. In the repository it must do nothing and print nothing:
+nbval compares its (empty) output. (make test runs every notebook through the cell's install
+path: tools/as_a_reader.py.)
 Also what the launch buttons install: Binder's environment (binder/) and the dependencies that
 pyproject.toml declares (what the set-up cell installs on Colab) cover what the package imports.
 """
@@ -29,14 +33,17 @@ _spec.loader.exec_module(add_setup_cell)
 SOURCE = add_setup_cell.setup_source()
 
 # Runs before the cell in a fresh interpreter: every way of starting a program is replaced by a
-# recorder, and the commands are written as JSON to the file named by $CALLS at exit.
+# recorder, and the commands are written as JSON to the file named by $CALLS at exit. A command
+# whose words include $FAIL "fails": exit status 1, with $FAIL_STDERR on its standard error.
 RECORDER = textwrap.dedent("""\
     import atexit, json, os, subprocess
     _calls = []
     def _record(*args, **kwargs):
         cmd = args[0] if args else kwargs.get("args")
         _calls.append([str(a) for a in cmd] if isinstance(cmd, (list, tuple)) else [str(cmd)])
-        return subprocess.CompletedProcess(cmd, 0, "", "")
+        failed = os.environ.get("FAIL") in _calls[-1]
+        return subprocess.CompletedProcess(cmd, int(failed), "",
+                                           os.environ.get("FAIL_STDERR", "") if failed else "")
     class _Popen:
         def __init__(self, *args, **kwargs):
             _record(*args, **kwargs)
@@ -51,15 +58,16 @@ RECORDER = textwrap.dedent("""\
     """)
 
 
-def run_cell(tmp_path, cwd, python_flags=()):
-    """Run the set-up cell after RECORDER; return (stdout, stderr, commands it tried to run)."""
+def run_cell(tmp_path, cwd, python_flags=(), status=0, **env):
+    """Run the set-up cell after RECORDER, with the environment variables ``env`` added (None:
+    removed); return (stdout, stderr, commands it tried to run)."""
     script = tmp_path / "cell.py"
     script.write_text(RECORDER + "\n" + SOURCE + "\n")
     calls = tmp_path / "calls.json"
-    env = {**os.environ, "CALLS": str(calls)}
+    env = {k: v for k, v in {**os.environ, "CALLS": str(calls), **env}.items() if v is not None}
     proc = subprocess.run([sys.executable, *python_flags, str(script)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == status, proc.stderr
     return proc.stdout, proc.stderr, json.loads(calls.read_text())
 
 
@@ -78,9 +86,22 @@ def test_notebook_starts_with_the_current_setup_cell(path):
 
 def test_setup_cell_installs_from_the_repository_in_config():
     url, branch = add_setup_cell.repository()
-    assert url.startswith("https://github.com/") and url in SOURCE
-    assert f'"attnbook @ git+{{BOOK_REPOSITORY}}@{branch}"' in SOURCE
+    assert url.startswith("https://github.com/")
+    assert f'BOOK = "{url}/archive/refs/heads/{branch}.zip"' in SOURCE
+    assert 'os.environ.get("ATTNBOOK_REPOSITORY", BOOK)' in SOURCE
     compile(SOURCE, "setup-cell", "exec")
+
+
+def test_the_repository_has_one_address():
+    """_config.yml's repository (the launch buttons, the set-up cell) is what the README and the
+    book's introduction tell a reader to clone."""
+    url, _ = add_setup_cell.repository()
+    folder = url.rsplit("/", 1)[1]
+    for page in ("README.md", "book/intro.md"):
+        clones = re.findall(r"git clone (\S+)(?: && cd (\S+))?", (ROOT / page).read_text())
+        assert clones, f"{page} shows no clone command"
+        assert all(c == (url, folder) for c in clones), \
+            f"{page} clones {clones}, not {url} (the repository in _config.yml)"
 
 
 def test_setup_cell_does_nothing_where_attnbook_is_installed(tmp_path):
@@ -90,12 +111,43 @@ def test_setup_cell_does_nothing_where_attnbook_is_installed(tmp_path):
 
 
 def test_setup_cell_installs_package_and_data_where_attnbook_is_missing(tmp_path):
-    """The recorder does see what the cell runs: without site-packages (-S) attnbook is missing."""
+    """The recorder does see what the cell runs: without site-packages (-S) attnbook is missing.
+    The package comes with its dependencies unpinned (an installed torch stays): no -U, no
+    index of torch's own."""
     out, err, calls = run_cell(tmp_path, cwd=tmp_path, python_flags=("-S", "-I"))
     url, branch = add_setup_cell.repository()
-    assert calls == [[sys.executable, "-m", "pip", "install", "--quiet",
-                      f"attnbook @ git+{url}@{branch}"],
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q",
+                      f"attnbook @ {url}/archive/refs/heads/{branch}.zip"],
                      [sys.executable, "-m", "attnbook", "data", "download"]]
+    assert out == (f"installed attnbook from {url}/archive/refs/heads/{branch}.zip; Multi30k "
+                   "downloaded and checked\n")
+
+
+def test_setup_cell_installs_from_attnbook_repository_when_set(tmp_path):
+    """A fork, a mirror or a local clone: $ATTNBOOK_REPOSITORY, a pip URL. (-I would drop the
+    environment variables; -S alone keeps them.)"""
+    clone = (tmp_path / "clone").as_uri()
+    _, _, calls = run_cell(tmp_path, cwd=tmp_path, python_flags=("-S",),
+                           ATTNBOOK_REPOSITORY=f"git+{clone}")
+    assert calls[0][-1] == f"attnbook @ git+{clone}"
+
+
+@pytest.mark.parametrize("step, stderr, says", [
+    ("pip", "  error: subprocess-exited-with-error\n  fatal: unable to access 'https://github.com/"
+     "x/': Could not resolve host: github.com\nnote: This error originates from a subprocess",
+     "pip install failed: fatal: unable to access 'https://github.com/x/': Could not resolve host:"
+     " github.com; connect to the internet, or set ATTNBOOK_REPOSITORY to a pip URL of the book"),
+    ("data", "error: could not download https://raw.githubusercontent.com/... (no network). "
+     "Without network access, put the nine Multi30k files in a folder: export MULTI30K_DIR=...",
+     "attnbook data failed: error: could not download https://raw.githubusercontent.com/... (no "
+     "network). Without network access, put the nine Multi30k files in a folder: export "
+     "MULTI30K_DIR=..."),
+])
+def test_a_step_that_fails_stops_the_cell_with_one_line_and_its_fix(tmp_path, step, stderr, says):
+    _, err, calls = run_cell(tmp_path, cwd=tmp_path, python_flags=("-S",), status=1, FAIL=step,
+                             FAIL_STDERR=stderr, ATTNBOOK_REPOSITORY=None)
+    assert err == says + "\n"
+    assert len(calls) == (1 if step == "pip" else 2)       # nothing runs after a failed step
 
 
 def test_tool_is_idempotent_and_moves_the_cell_first(tmp_path):

@@ -3,18 +3,30 @@
     python tools/add_setup_cell.py notebooks/*.ipynb          # insert or update, in place
     python tools/add_setup_cell.py --check notebooks/*.ipynb  # exit 1 if a notebook is not current
 
-A notebook opened alone (on Colab, or downloaded from the book) has no `attnbook` package and no
-data. Its first code cell, written by this script, installs the package from the book's
-repository (`repository: url` and `branch` in _config.yml, the one place the address lives) and
-downloads Multi30k (`python -m attnbook data download`), but only when `attnbook` cannot be
-imported. In the repository (after `make install`) and on Binder the package is installed, so the
-cell does nothing and prints nothing, and nbval's comparison of outputs is unchanged.
+A notebook opened alone (on Colab, or downloaded from the book) has no `attnbook` package, no
+results and no data. Its first code cell, written by this script, brings them, but only when
+`attnbook` cannot be imported:
 
-The cell is tagged `attnbook-setup` (how this script and tests/test_setup_cell.py find it) and
-`hide-input` (the HTML book shows it collapsed; Colab and Jupyter show it as a normal cell). It
-goes right before the first other code cell, with no outputs and execution count 1 (nbval skips
-the comparison for a cell that was never run); the notebook is not re-executed.
-Running the script again changes nothing unless the cell's text or the repository changed.
+1. `pip install "attnbook @ REPOSITORY"`: the package with its stored models and the committed
+   results of the same commit (setup.py puts `results/` into the wheel), and the dependencies
+   that pyproject.toml declares, unpinned, so that a PyTorch already installed (Colab's CUDA
+   build) satisfies `torch>=2.1` and stays. REPOSITORY is `$ATTNBOOK_REPOSITORY` when set (a
+   fork, a mirror, a local clone: any pip URL, `git+file:///path/to/clone`), else the archive
+   of the book's branch on GitHub (no git needed), from `_config.yml` (`repository: url` and
+   `branch`, the one place the address lives; the README's clone command uses it too,
+   tests/test_setup_cell.py checks).
+2. `python -m attnbook data download`: Multi30k, checked against its pinned sums (or the folder
+   `$MULTI30K_DIR` names, checked).
+
+Either step that fails stops the cell with one line: what could not be had, and how to fix it.
+In the repository (after `make install`) and on Binder the package is installed, so the cell does
+nothing and prints nothing, and nbval's comparison of outputs is unchanged.
+
+The cell is tagged `attnbook-setup` (how this script and the tests find it) and `hide-input` (the
+HTML book shows it collapsed; Colab and Jupyter show it as a normal cell). It goes right before
+the first other code cell, with no outputs and execution count 1 (nbval compares its empty
+output); the notebook is not re-executed. Running the script again changes nothing unless the
+cell's text or the repository changed.
 """
 from __future__ import annotations
 
@@ -31,19 +43,23 @@ TAGS = [TAG, "hide-input"]
 CELL_ID = "attnbook-setup"
 
 TEMPLATE = '''\
-# Set-up for running this notebook on its own (on Colab, or a downloaded copy): if the book's
-# package `attnbook` is missing, install it from the book's repository and download the data.
-# Where the book is installed (its repository after `make install`, Binder) this does nothing.
-import importlib.util
-import subprocess
-import sys
+# Set-up, for a notebook opened on its own (Colab, a download): install the book's package with
+# its committed results and stored models, and Multi30k. Where `attnbook` is installed: nothing.
+import importlib.util, os, subprocess, sys
 
-BOOK_REPOSITORY = "{url}"
+BOOK = "{url}/archive/refs/heads/{branch}.zip"
 if importlib.util.find_spec("attnbook") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    f"attnbook @ git+{{BOOK_REPOSITORY}}@{branch}"], check=True)
-    importlib.invalidate_caches()
-    subprocess.run([sys.executable, "-m", "attnbook", "data", "download"], check=True)'''
+    REPOSITORY = os.environ.get("ATTNBOOK_REPOSITORY", BOOK)      # or a fork, a mirror, a clone
+    for step in (["pip", "install", "-q", f"attnbook @ {{REPOSITORY}}"],  # an installed torch stays
+                 ["attnbook", "data", "download"]):                 # Multi30k, checked
+        done = subprocess.run([sys.executable, "-m", *step], capture_output=True, text=True)
+        if done.returncode:
+            lines = [x.strip() for x in done.stderr.splitlines() if x.strip()] or ["no message"]
+            why = next((x for x in lines if x.startswith(("fatal:", "ERROR:"))), lines[-1])
+            sys.exit(f"{{' '.join(step[:2])}} failed: {{why}}" + ("; connect to the internet, or set "
+                     "ATTNBOOK_REPOSITORY to a pip URL of the book" if step[0] == "pip" else ""))
+        importlib.invalidate_caches()
+    print(f"installed attnbook from {{REPOSITORY}}; Multi30k downloaded and checked")'''
 
 
 def repository(config: Path = ROOT / "_config.yml") -> tuple[str, str]:

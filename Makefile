@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make book   install into .venv, build the HTML book in _build/html
-#   make test   install into .venv, run the unit tests and every notebook under nbval
+#   make test   install into .venv, run the unit tests and every notebook under nbval, each
+#               notebook alone in a folder outside the repository, as a Colab reader runs it
 # Others:
 #   make lab        install JupyterLab into .venv and open the notebooks
 #   make student    write the student edition (solutions stubbed out) into student/
@@ -64,11 +65,21 @@ vendor: $(STAMP)
 # changes a number.
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TORCHINDUCTOR_COMPILE_THREADS=1
 
-# The notebooks first: the longest items (chapter 9's training, the toy chapters) start early,
-# and the many short tests fill both workers at the end, so neither waits long for the other.
+# The notebooks run as a reader runs them who opened each one on its own (Colab, a download):
+# tools/as_a_reader.py makes, outside the repository, an environment with PyTorch and Jupyter
+# but not the book's package, installs the package there with the notebooks' own set-up cell
+# (ATTNBOOK_REPOSITORY = this working tree), and copies each notebook alone into an empty
+# folder; nbval runs them there in that environment's kernel. (make test-portable runs them in
+# the repository, as a reader of a clone does.) The notebooks first: the longest items (chapter
+# 9's training, the toy chapters) start early, and the many short tests fill both workers at the
+# end, so neither waits long for the other.
+READER := $(or $(TMPDIR),/tmp)/attnbook-reader-$(shell printf '%s' '$(CURDIR)' | cksum | cut -d' ' -f1)
+
 test: $(STAMP) vendor
-	$(TEST_ENV) $(PY) -m pytest notebooks tests --nbval --nbval-current-env -n 2 --dist loadscope \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
+	$(PY) tools/as_a_reader.py $(READER)
+	$(TEST_ENV) JUPYTER_PATH=$(READER)/jupyter $(PY) -m pytest -c pyproject.toml \
+	    $(READER)/notebooks tests --nbval --nbval-kernel-name attnbook-reader -n 2 \
+	    --dist loadscope --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
 	    -p no:cacheprovider -q -ra --durations=15
 
 # The committed outputs and results were made with one machine's arithmetic (attnbook.utils.

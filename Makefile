@@ -13,7 +13,7 @@
 #                     of its five benchmark parts)
 #   make test-portable  the notebooks and the tests that compare with committed results, again
 #                     with PyTorch held to its plain kernels: another arithmetic (CI runs it)
-#   make clean      remove the built book
+#   make clean      remove the built book and the reader's folder that make test made
 
 PYTHON ?= python3
 VENV   := .venv
@@ -126,4 +126,4 @@ student: $(STAMP)
 	$(PY) -m attnbook homework student notebooks student
 
 clean:
-	rm -rf _build
+	rm -rf _build build $(READER)

@@ -137,6 +137,11 @@ def test_setup_cell_installs_from_attnbook_repository_when_set(tmp_path):
      "x/': Could not resolve host: github.com\nnote: This error originates from a subprocess",
      "pip install failed: fatal: unable to access 'https://github.com/x/': Could not resolve host:"
      " github.com; connect to the internet, or set ATTNBOOK_REPOSITORY to a pip URL of the book"),
+    ("pip", "  WARNING: Retrying (...)\nerror: connection-failed\n\n× Failed to connect to github.com "
+     "while fetching https://github.com/x.zip\n╰─> Failed to resolve IP address\n\nhint: Are you "
+     "connected to the Internet?", "pip install failed: × Failed to connect to github.com while "
+     "fetching https://github.com/x.zip; connect to the internet, or set ATTNBOOK_REPOSITORY to a "
+     "pip URL of the book"),
     ("data", "error: could not download https://raw.githubusercontent.com/... (no network). "
      "Without network access, put the nine Multi30k files in a folder: export MULTI30K_DIR=...",
      "attnbook data failed: error: could not download https://raw.githubusercontent.com/... (no "

@@ -55,7 +55,8 @@ if importlib.util.find_spec("attnbook") is None:
         done = subprocess.run([sys.executable, "-m", *step], capture_output=True, text=True)
         if done.returncode:
             lines = [x.strip() for x in done.stderr.splitlines() if x.strip()] or ["no message"]
-            why = next((x for x in lines if x.startswith(("fatal:", "ERROR:"))), lines[-1])
+            why = next((x for w in ("fatal:", "ERROR:", "×") for x in lines if x.startswith(w)),
+                       lines[-1])                               # git's or pip's own words
             sys.exit(f"{{' '.join(step[:2])}} failed: {{why}}" + ("; connect to the internet, or set "
                      "ATTNBOOK_REPOSITORY to a pip URL of the book" if step[0] == "pip" else ""))
         importlib.invalidate_caches()

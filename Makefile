@@ -63,6 +63,7 @@ vendor: $(STAMP)
 # of CPU on its own, without it 36 s (beside the other pytest worker it took 68 s with the pool
 # in one run of make test, 54 and 61 s without it in two others). None of these settings
 # changes a number.
+DURATIONS ?= 15
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE TORCHINDUCTOR_COMPILE_THREADS=1
 
 # The notebooks run as a reader runs them who opened each one on its own (Colab, a download):
@@ -80,7 +81,7 @@ test: $(STAMP) vendor
 	$(TEST_ENV) JUPYTER_PATH=$(READER)/jupyter $(PY) -m pytest -c pyproject.toml \
 	    $(READER)/notebooks tests --nbval --nbval-kernel-name attnbook-reader -n 2 \
 	    --dist loadscope --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900 \
-	    -p no:cacheprovider -q -ra --durations=15
+	    -p no:cacheprovider -q -ra --durations=$(DURATIONS)
 
 # The committed outputs and results were made with one machine's arithmetic (attnbook.utils.
 # arithmetic: its processor, PyTorch's vector kernels, MKL's and oneDNN's). There their checks
